@@ -1,0 +1,1 @@
+"""Software-defined assets, one module (or subpackage) per pattern family."""

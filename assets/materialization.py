@@ -1,0 +1,62 @@
+"""What every materialization records, in the Delta commit and in Dagster's metadata.
+
+The same facts land in both places on purpose: the commit metadata travels with the data
+(a restore or an audit can read it from the table's history alone), and the Dagster
+metadata makes them visible in the UI and lets the restore job find a partition's version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+
+from resources.lakehouse import CommitResult, Lakehouse
+from resources.landing import Fingerprint, sources_digest
+
+SOURCE_DIGEST = "source_digest"
+DELTA_VERSION = "delta_version"
+TABLE_NAME = "table_name"
+
+
+def commit_metadata(
+    context: dg.AssetExecutionContext | dg.OpExecutionContext,
+    *,
+    partition_key: str | None,
+    sources: Sequence[Fingerprint] = (),
+    **facts: Any,
+) -> dict[str, Any]:
+    """Commit metadata for a Delta write made by this run."""
+    metadata: dict[str, Any] = {"dagster_run_id": context.run_id, "partition_key": partition_key}
+    if isinstance(context, dg.AssetExecutionContext):
+        metadata["asset_key"] = context.asset_key.to_user_string()
+    if sources:
+        metadata[SOURCE_DIGEST] = sources_digest(sources)
+        metadata["source_files"] = len(sources)
+    metadata.update(facts)
+    return metadata
+
+
+def materialization_metadata(
+    lakehouse: Lakehouse,
+    result: CommitResult,
+    *,
+    partition_key: str | None,
+    sources: Sequence[Fingerprint] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Dagster metadata for a materialization that wrote `result`."""
+    metadata: dict[str, Any] = {
+        TABLE_NAME: result.table,
+        "table_uri": dg.MetadataValue.path(lakehouse.uri(result.table)),
+        DELTA_VERSION: dg.MetadataValue.int(result.version),
+        "delta_operation": result.operation,
+        "partition": partition_key or "",
+        **{name: dg.MetadataValue.int(value) for name, value in result.metrics.items()},
+    }
+    if sources:
+        metadata[SOURCE_DIGEST] = sources_digest(sources)
+        metadata["source_files"] = dg.MetadataValue.int(len(sources))
+    metadata.update(extra or {})
+    return metadata

