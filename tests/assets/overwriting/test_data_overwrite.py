@@ -1,0 +1,199 @@
+"""visits_daily: Data Overwrite with replaceWhere, one day per materialization."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+import pytest
+from support import day_of_visits, visit
+
+from assets.overwriting import visits_daily
+from assets.overwriting.data_overwrite import VISITS_DAILY
+from resources.lakehouse.predicates import eq
+
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+DEFINITIONS = PROJECT_ROOT / "platform" / "definitions.py"
+DAYS = [dt.date(2024, 1, d) for d in (1, 2, 3)]
+
+
+def materialize(resources, day: dt.date, instance=None) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        [visits_daily], partition_key=day.isoformat(), resources=resources, instance=instance
+    )
+
+
+def table_rows(lakehouse, **kwargs) -> list[tuple]:
+    return sorted(
+        (r["visit_id"], r["event_date"], r["page"], r["source_file"], r["source_line"])
+        for r in lakehouse.read_arrow(VISITS_DAILY, **kwargs).to_pylist()
+    )
+
+
+@pytest.fixture
+def three_days(write_visits):
+    for day in DAYS:
+        write_visits(day, "part-1.jsonl", day_of_visits(day, 20))
+
+
+def day_versions(lakehouse) -> dict[str, int]:
+    """The version that last wrote each day, from the commit metadata in the history."""
+    latest: dict[str, int] = {}
+    for entry in reversed(lakehouse.history(VISITS_DAILY)):
+        latest[entry.metadata["partition_key"]] = entry.version
+    return latest
+
+
+def test_running_a_day_twice_gives_identical_content(resources, lakehouse, three_days):
+    for day in DAYS:
+        materialize(resources, day)
+    once = table_rows(lakehouse)
+    result = materialize(resources, DAYS[1])
+    assert table_rows(lakehouse) == once
+    assert len(once) == 60
+    metadata = result.asset_materializations_for_node("visits_daily")[0].metadata
+    assert metadata["delta_version"].value == 3
+    assert metadata["rows_inserted"].value == 20
+    assert metadata["files_removed"].value == 1
+    assert metadata["partition"].value == "2024-01-02"
+    assert metadata["table_uri"].value.endswith("/visits_daily")
+
+
+def test_backfilling_a_day_leaves_other_days_files_untouched(resources, lakehouse, three_days, write_visits):
+    for day in DAYS:
+        materialize(resources, day)
+    other_days = table_rows(lakehouse, where=eq("event_date", DAYS[0]))
+    write_visits(DAYS[1], "late.jsonl", [visit("late-1", dt.datetime(2024, 1, 2, 12, tzinfo=dt.UTC))])
+    result = materialize(resources, DAYS[1])
+    assert table_rows(lakehouse, where=eq("event_date", DAYS[0])) == other_days
+    metadata = result.asset_materializations_for_node("visits_daily")[0].metadata
+    # Only the day's own file was replaced: nothing else was rewritten.
+    assert metadata["files_removed"].value == 1
+    assert len(table_rows(lakehouse, where=eq("event_date", DAYS[1]))) == 21
+
+
+def test_duplicated_file_is_kept_once(resources, lakehouse, write_visits):
+    visits = day_of_visits(DAYS[0], 10)
+    write_visits(DAYS[0], "a.jsonl", visits)
+    write_visits(DAYS[0], "a-copy.jsonl", visits[::-1])
+    result = materialize(resources, DAYS[0])
+    rows = table_rows(lakehouse)
+    assert len(rows) == 10
+    # The copy from the first file in path order wins, whatever the arrival order.
+    assert {r[3] for r in rows} == {"visits/date=2024-01-01/a-copy.jsonl"}
+    metadata = result.asset_materializations_for_node("visits_daily")[0].metadata
+    assert metadata["duplicates_dropped"].value == 10
+
+
+def test_a_failure_in_the_middle_of_a_write_leaves_the_previous_content(
+    resources, lakehouse, three_days, write_visits
+):
+    for day in DAYS:
+        materialize(resources, day)
+    before, version = table_rows(lakehouse), lakehouse.version(VISITS_DAILY)
+    schema = lakehouse.read_arrow(VISITS_DAILY).schema
+    batch = lakehouse.read_arrow(VISITS_DAILY, where=eq("event_date", DAYS[1])).to_batches()[0]
+
+    def batches_then_crash():
+        for _ in range(3):
+            yield batch  # delta-rs writes these to data files ...
+        raise RuntimeError("disk full")  # ... and never commits them
+
+    with pytest.raises(Exception, match="disk full"):
+        lakehouse.overwrite(
+            VISITS_DAILY,
+            pa.RecordBatchReader.from_batches(schema, batches_then_crash()),
+            where=eq("event_date", DAYS[1]),
+            metadata={"partition_key": DAYS[1].isoformat()},
+        )
+    assert lakehouse.version(VISITS_DAILY) == version
+    assert table_rows(lakehouse) == before
+
+    # The retry gives exactly the clean result.
+    write_visits(DAYS[1], "late.jsonl", [visit("late-1", dt.datetime(2024, 1, 2, 9, tzinfo=dt.UTC))])
+    materialize(resources, DAYS[1])
+    late_row = ("late-1", DAYS[1], "/home", "visits/date=2024-01-02/late.jsonl", 1)
+    assert table_rows(lakehouse) == sorted([*before, late_row])
+
+
+def test_bad_input_names_file_and_line_and_commits_nothing(resources, lakehouse, three_days, write_visits):
+    materialize(resources, DAYS[0])
+    version = lakehouse.version(VISITS_DAILY)
+    good = day_of_visits(DAYS[0], 2)
+    body = "".join(
+        [
+            '{"visit_id": "ok", "user_id": "u", "event_time": "2024-01-01T01:00:00Z", "page": "/"}\n',
+            '{"visit_id": "broken", "user_id": \n',
+            '{"visit_id": "nouser", "event_time": "2024-01-01T02:00:00Z", "page": "/"}\n',
+        ]
+    )
+    write_visits(DAYS[0], "bad.jsonl", body)
+    write_visits(DAYS[0], "empty.jsonl", "")
+    write_visits(DAYS[0], "fine.jsonl", good)
+    result = dg.materialize(
+        [visits_daily], partition_key="2024-01-01", resources=resources, raise_on_error=False
+    )
+    assert not result.success
+    message = str(result.get_step_failure_events()[0].event_specific_data.error)
+    assert "visits/date=2024-01-01/empty.jsonl: file is empty" in message
+    assert lakehouse.version(VISITS_DAILY) == version
+
+    (write_visits(DAYS[0], "empty.jsonl", good))
+    result = dg.materialize(
+        [visits_daily], partition_key="2024-01-01", resources=resources, raise_on_error=False
+    )
+    message = str(result.get_step_failure_events()[0].event_specific_data.error)
+    assert "visits/date=2024-01-01/bad.jsonl:2: malformed JSON" in message
+    assert "visits/date=2024-01-01/bad.jsonl:3: missing required field 'user_id'" in message
+    assert lakehouse.version(VISITS_DAILY) == version
+
+
+def test_a_backfill_as_several_concurrent_runs_lands_every_partition(
+    tmp_path, lakehouse, landing, write_visits
+):
+    """Runs launched side by side, each its own process as the run launcher starts them,
+    all writing `visits_daily` (one day twice, so two writers replace the same partition):
+    every run succeeds, every commit is in the history, every day is right."""
+    days = [dt.date(2024, 2, d) for d in range(1, 4)]
+    for day in days:
+        write_visits(day, "part.jsonl", day_of_visits(day, 15))
+    work = [*days, days[0]]
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.DagsterInstance.from_config(str(home)):
+        pass  # creates the instance's storage once, as `dagster dev` would
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "LAKEHOUSE_ROOT": lakehouse.root,
+        "LANDING_ROOT": landing.root,
+        "SPARK_MASTER": "local[1]",
+    }
+    command = [sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(DEFINITIONS)]
+    runs = [
+        subprocess.Popen(
+            [*command, "--select", "visits_daily", "--partition", day.isoformat()],
+            env=env,
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for day in work
+    ]
+    outputs = [run.communicate(timeout=600)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0] * len(work), outputs
+    assert [h.version for h in lakehouse.history(VISITS_DAILY)] == list(range(len(work)))[::-1]
+    rows = table_rows(lakehouse)
+    assert len(rows) == 15 * len(days)
+    assert {r[1] for r in rows} == set(days)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        records = instance.fetch_materializations(dg.AssetKey("visits_daily"), limit=100).records
+    assert sorted(r.asset_materialization.metadata["delta_version"].value for r in records) == list(
+        range(len(work))
+    )
