@@ -185,7 +185,7 @@ class Lakehouse(dg.ConfigurableResource):
                 table,
                 version,
                 f"{len(missing)} of its data files were removed by VACUUM "
-                f"({self._last_vacuum(table)}); the oldest versions before that retention "
+                f"({self._last_vacuum(table)}); versions older than that retention "
                 "boundary can no longer be restored",
             )
         return self._commit(
@@ -273,11 +273,11 @@ class Lakehouse(dg.ConfigurableResource):
 
     def _last_vacuum(self, table: str) -> str:
         for entry in self.history(table):
-            if entry.operation.upper().startswith("VACUUM"):
-                millis = entry.parameters.get("specifiedRetentionMillis")
-                retention = f"{int(millis) / 3_600_000:g} h" if millis is not None else "unknown"
+            # VACUUM START carries the retention setting (VACUUM END only the outcome).
+            millis = entry.parameters.get("specifiedRetentionMillis")
+            if entry.operation.upper().startswith("VACUUM") and millis is not None:
                 return (
                     f"last vacuum: version {entry.version} at {entry.timestamp:%Y-%m-%d %H:%M} "
-                    f"UTC, retention {retention}"
+                    f"UTC, retention {int(millis) / 3_600_000:g} h"
                 )
         return "no VACUUM recorded in the retained history"

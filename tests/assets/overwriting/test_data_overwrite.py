@@ -64,11 +64,15 @@ def test_running_a_day_twice_gives_identical_content(resources, lakehouse, three
     assert metadata["table_uri"].value.endswith("/visits_daily")
 
 
-def test_backfilling_a_day_leaves_other_days_files_untouched(resources, lakehouse, three_days, write_visits):
+def test_backfilling_a_day_leaves_other_days_files_untouched(
+    resources, lakehouse, three_days, write_visits
+):
     for day in DAYS:
         materialize(resources, day)
     other_days = table_rows(lakehouse, where=eq("event_date", DAYS[0]))
-    write_visits(DAYS[1], "late.jsonl", [visit("late-1", dt.datetime(2024, 1, 2, 12, tzinfo=dt.UTC))])
+    write_visits(
+        DAYS[1], "late.jsonl", [visit("late-1", dt.datetime(2024, 1, 2, 12, tzinfo=dt.UTC))]
+    )
     result = materialize(resources, DAYS[1])
     assert table_rows(lakehouse, where=eq("event_date", DAYS[0])) == other_days
     metadata = result.asset_materializations_for_node("visits_daily")[0].metadata
@@ -115,19 +119,24 @@ def test_a_failure_in_the_middle_of_a_write_leaves_the_previous_content(
     assert table_rows(lakehouse) == before
 
     # The retry gives exactly the clean result.
-    write_visits(DAYS[1], "late.jsonl", [visit("late-1", dt.datetime(2024, 1, 2, 9, tzinfo=dt.UTC))])
+    write_visits(
+        DAYS[1], "late.jsonl", [visit("late-1", dt.datetime(2024, 1, 2, 9, tzinfo=dt.UTC))]
+    )
     materialize(resources, DAYS[1])
     late_row = ("late-1", DAYS[1], "/home", "visits/date=2024-01-02/late.jsonl", 1)
     assert table_rows(lakehouse) == sorted([*before, late_row])
 
 
-def test_bad_input_names_file_and_line_and_commits_nothing(resources, lakehouse, three_days, write_visits):
+def test_bad_input_names_file_and_line_and_commits_nothing(
+    resources, lakehouse, three_days, write_visits
+):
     materialize(resources, DAYS[0])
     version = lakehouse.version(VISITS_DAILY)
     good = day_of_visits(DAYS[0], 2)
     body = "".join(
         [
-            '{"visit_id": "ok", "user_id": "u", "event_time": "2024-01-01T01:00:00Z", "page": "/"}\n',
+            '{"visit_id": "ok", "user_id": "u", "event_time": "2024-01-01T01:00:00Z", '
+            '"page": "/"}\n',
             '{"visit_id": "broken", "user_id": \n',
             '{"visit_id": "nouser", "event_time": "2024-01-01T02:00:00Z", "page": "/"}\n',
         ]
@@ -139,7 +148,7 @@ def test_bad_input_names_file_and_line_and_commits_nothing(resources, lakehouse,
         [visits_daily], partition_key="2024-01-01", resources=resources, raise_on_error=False
     )
     assert not result.success
-    message = str(result.get_step_failure_events()[0].event_specific_data.error)
+    message = str(result.get_step_failure_events()[0].event_specific_data.error.to_string())
     assert "visits/date=2024-01-01/empty.jsonl: file is empty" in message
     assert lakehouse.version(VISITS_DAILY) == version
 
@@ -147,7 +156,7 @@ def test_bad_input_names_file_and_line_and_commits_nothing(resources, lakehouse,
     result = dg.materialize(
         [visits_daily], partition_key="2024-01-01", resources=resources, raise_on_error=False
     )
-    message = str(result.get_step_failure_events()[0].event_specific_data.error)
+    message = str(result.get_step_failure_events()[0].event_specific_data.error.to_string())
     assert "visits/date=2024-01-01/bad.jsonl:2: malformed JSON" in message
     assert "visits/date=2024-01-01/bad.jsonl:3: missing required field 'user_id'" in message
     assert lakehouse.version(VISITS_DAILY) == version

@@ -1,0 +1,162 @@
+"""visits_weekly: one Delta table per week, replaced whole; the visits exposition;
+freezing old weeks into yearly tables."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import dagster as dg
+from support import day_of_visits, visit
+
+from assets.overwriting import freeze_visits_weeks, visits_weekly
+from assets.overwriting.exposition import (
+    MANIFEST,
+    active_tables,
+    manifest_entries,
+    read_visits,
+    weekly_table,
+    yearly_table,
+)
+
+# Five weeks around the turn of the year: 2024-12-16 ... 2025-01-19.
+WEEKS = [dt.date(2024, 12, 16) + dt.timedelta(weeks=i) for i in range(5)]
+
+
+def materialize(resources, monday: dt.date, **kwargs) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        [visits_weekly], partition_key=monday.isoformat(), resources=resources, **kwargs
+    )
+
+
+def exposed(lakehouse, spark) -> list[tuple]:
+    return sorted(
+        (r.visit_id, r.event_date, r.week_start, r.source_file)
+        for r in read_visits(lakehouse, spark.session()).collect()
+    )
+
+
+def write_weeks(write_visits, weeks=WEEKS, per_day: int = 3) -> None:
+    for monday in weeks:
+        for i in range(7):
+            day = monday + dt.timedelta(days=i)
+            write_visits(day, "part.jsonl", day_of_visits(day, per_day))
+
+
+def test_week_spanning_new_year_reads_its_seven_days(resources, lakehouse, spark, write_visits):
+    write_weeks(write_visits, [dt.date(2024, 12, 30)], per_day=2)
+    materialize(resources, dt.date(2024, 12, 30))
+    rows = exposed(lakehouse, spark)
+    assert len(rows) == 14
+    assert {r[1] for r in rows} == {dt.date(2024, 12, 30) + dt.timedelta(days=i) for i in range(7)}
+    assert {r[2] for r in rows} == {dt.date(2024, 12, 30)}
+
+
+def test_rerun_is_identical_and_backfill_leaves_other_weeks_at_their_version(
+    resources, lakehouse, spark, write_visits
+):
+    write_weeks(write_visits)
+    for monday in WEEKS:
+        materialize(resources, monday)
+    before = exposed(lakehouse, spark)
+    versions = {m: lakehouse.version(weekly_table(m)) for m in WEEKS}
+    manifest_version = lakehouse.version(MANIFEST)
+
+    result = materialize(resources, WEEKS[2])
+    assert exposed(lakehouse, spark) == before
+    assert {m: lakehouse.version(weekly_table(m)) for m in WEEKS} == {
+        **versions,
+        WEEKS[2]: versions[WEEKS[2]] + 1,
+    }
+    # Re-materializing a registered week does not touch the exposition.
+    assert lakehouse.version(MANIFEST) == manifest_version
+    metadata = result.asset_materializations_for_node("visits_weekly")[0].metadata
+    assert metadata["table_name"].value == weekly_table(WEEKS[2])
+    assert metadata["delta_operation"].value == "WRITE"
+    assert metadata["rows_inserted"].value == 21
+
+
+def test_replacing_a_week_is_a_metadata_commit_not_a_row_delete(resources, lakehouse, write_visits):
+    write_weeks(write_visits, WEEKS[:1])
+    materialize(resources, WEEKS[0])
+    write_visits(
+        WEEKS[0], "late.jsonl", [visit("late", dt.datetime(2024, 12, 16, 5, tzinfo=dt.UTC))]
+    )
+    materialize(resources, WEEKS[0])
+    [last, *_] = lakehouse.history(weekly_table(WEEKS[0]))
+    assert last.operation == "WRITE"
+    assert last.parameters["mode"] == "Overwrite"
+    assert last.metrics["rows_deleted"] == 0
+
+
+def test_table_count_check_warns_near_the_limit(resources, write_visits):
+    write_weeks(write_visits, WEEKS[:3], per_day=1)
+    for monday in WEEKS[:2]:
+        result = materialize(
+            resources,
+            monday,
+            run_config={
+                "ops": {"visits_weekly": {"config": {"table_limit": 3, "warn_ratio": 0.6}}}
+            },
+        )
+    [check] = result.get_asset_check_evaluations()
+    assert not check.passed
+    assert check.severity == dg.AssetCheckSeverity.WARN
+    assert check.metadata["tables"].value == 2
+
+
+def freeze(resources, **config) -> dg.ExecuteInProcessResult:
+    return freeze_visits_weeks.execute_in_process(
+        run_config={"ops": {"freeze_old_weeks": {"config": config}}},
+        resources={k: resources[k] for k in ("lakehouse", "spark")},
+    )
+
+
+def test_freezing_folds_old_weeks_by_iso_year_and_keeps_the_exposition_identical(
+    resources, lakehouse, spark, write_visits
+):
+    write_weeks(write_visits)
+    for monday in WEEKS:
+        materialize(resources, monday)
+    before = exposed(lakehouse, spark)
+
+    # As of 2025-02-03, weeks that ended by 2025-01-13 (3 weeks before) are frozen: four.
+    freeze(resources, older_than_weeks=3, as_of="2025-02-03", retire_grace_hours=0)
+
+    assert exposed(lakehouse, spark) == before
+    assert active_tables(manifest_entries(lakehouse)) == {
+        WEEKS[0]: yearly_table(2024),
+        WEEKS[1]: yearly_table(2024),
+        WEEKS[2]: yearly_table(2025),  # 2024-12-30 is in ISO year 2025
+        WEEKS[3]: yearly_table(2025),
+        WEEKS[4]: weekly_table(WEEKS[4]),
+    }
+    # Retired weekly tables are gone from storage and from the manifest.
+    assert not Path(lakehouse.uri(weekly_table(WEEKS[0]))).exists()
+    assert {e.status for e in manifest_entries(lakehouse)} == {"active"}
+
+    # Freezing again changes nothing.
+    freeze(resources, older_than_weeks=3, as_of="2025-02-03", retire_grace_hours=0)
+    assert exposed(lakehouse, spark) == before
+
+    # A late file for a frozen week replaces just that week inside its yearly table.
+    write_visits(
+        WEEKS[2], "late.jsonl", [visit("late", dt.datetime(2024, 12, 30, 8, tzinfo=dt.UTC))]
+    )
+    result = materialize(resources, WEEKS[2])
+    metadata = result.asset_materializations_for_node("visits_weekly")[0].metadata
+    assert metadata["table_name"].value == yearly_table(2025)
+    late = ("late", dt.date(2024, 12, 30), WEEKS[2], "visits/date=2024-12-30/late.jsonl")
+    assert exposed(lakehouse, spark) == sorted([*before, late])
+
+
+def test_retired_tables_stay_readable_during_the_grace_period(
+    resources, lakehouse, spark, write_visits
+):
+    write_weeks(write_visits, WEEKS[:2], per_day=1)
+    for monday in WEEKS[:2]:
+        materialize(resources, monday)
+    freeze(resources, older_than_weeks=0, as_of="2025-03-03", retire_grace_hours=24)
+    assert Path(lakehouse.uri(weekly_table(WEEKS[0]))).exists()
+    assert {e.status for e in manifest_entries(lakehouse)} == {"active", "retired"}
+    assert len(exposed(lakehouse, spark)) == 14

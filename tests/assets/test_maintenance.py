@@ -1,0 +1,96 @@
+"""restore_table and vacuum_table jobs against real tables and a real instance."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import dagster as dg
+import pytest
+from support import day_of_visits, visit
+
+from assets.maintenance import RestoreRequestError, restore_table, vacuum_table
+from assets.overwriting import visits_daily
+from assets.overwriting.data_overwrite import VISITS_DAILY
+
+DAY = dt.date(2024, 3, 4)
+
+
+def rows(lakehouse) -> list[str]:
+    return sorted(r["visit_id"] for r in lakehouse.read_arrow(VISITS_DAILY).to_pylist())
+
+
+def run_job(job, instance, resources, config, raise_on_error=True):
+    return job.execute_in_process(
+        run_config={"ops": {next(iter(job.graph.node_dict)): {"config": config}}},
+        resources={"lakehouse": resources["lakehouse"]},
+        instance=instance,
+        raise_on_error=raise_on_error,
+    )
+
+
+@pytest.fixture
+def two_materializations(resources, instance, write_visits, lakehouse):
+    write_visits(DAY, "a.jsonl", day_of_visits(DAY, 3))
+    dg.materialize(
+        [visits_daily], partition_key=DAY.isoformat(), resources=resources, instance=instance
+    )
+    first = rows(lakehouse)
+    write_visits(DAY, "b.jsonl", [visit("bad-batch", dt.datetime(2024, 3, 4, 9, tzinfo=dt.UTC))])
+    dg.materialize(
+        [visits_daily], partition_key=DAY.isoformat(), resources=resources, instance=instance
+    )
+    return first
+
+
+def test_restore_to_just_before_a_partitions_materialization(
+    resources, instance, lakehouse, two_materializations
+):
+    assert "bad-batch" in rows(lakehouse)
+    result = run_job(
+        restore_table,
+        instance,
+        resources,
+        {"asset_key": "visits_daily", "partition": DAY.isoformat()},
+    )
+    assert rows(lakehouse) == two_materializations
+    assert lakehouse.version(VISITS_DAILY) == 2
+    assert lakehouse.history(VISITS_DAILY, limit=1)[0].operation == "RESTORE"
+    [observation] = [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    assert observation.asset_key == dg.AssetKey("visits_daily")
+
+
+def test_restore_to_an_explicit_version(resources, instance, lakehouse, two_materializations):
+    run_job(restore_table, instance, resources, {"table": VISITS_DAILY, "version": 0})
+    assert rows(lakehouse) == two_materializations
+
+
+def test_restore_refuses_a_vacuumed_version_and_changes_nothing(
+    resources, instance, lakehouse, two_materializations
+):
+    result = run_job(
+        vacuum_table, instance, resources, {"table": VISITS_DAILY, "retention_hours": 0}
+    )
+    assert result.success
+    current, version = rows(lakehouse), lakehouse.version(VISITS_DAILY)
+    result = run_job(
+        restore_table,
+        instance,
+        resources,
+        {"asset_key": "visits_daily", "partition": DAY.isoformat()},
+        raise_on_error=False,
+    )
+    assert not result.success
+    error = str(result.get_step_failure_events()[0].event_specific_data.error.to_string())
+    assert "version 0 of Delta table 'visits_daily' is not available" in error
+    assert "VACUUM" in error and "retention 0 h" in error
+    assert (rows(lakehouse), lakehouse.version(VISITS_DAILY)) == (current, version)
+
+
+def test_restore_requests_that_name_nothing_restorable_are_refused(resources, instance, lakehouse):
+    for config, message in [
+        ({}, "give either table"),
+        ({"version": 1}, "needs the table"),
+        ({"asset_key": "visits_daily", "partition": "2024-01-01"}, "no materialization"),
+    ]:
+        with pytest.raises(RestoreRequestError, match=message):
+            run_job(restore_table, instance, resources, config)

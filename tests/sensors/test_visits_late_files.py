@@ -1,0 +1,104 @@
+"""The late-file sensor against a real Dagster instance and a real landing zone."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+import dagster as dg
+import pytest
+from support import day_of_visits, visit
+
+from assets.overwriting import visits_daily, visits_weekly
+from sensors import visits_late_files
+
+MONDAY = dt.date(2024, 4, 1)
+DAYS = [MONDAY + dt.timedelta(days=i) for i in range(3)]
+
+
+def tick(instance, landing, cursor=None) -> dg.SensorResult:
+    context = dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources={"landing": landing}
+    )
+    return visits_late_files(context)
+
+
+def requested(result: dg.SensorResult) -> list[tuple[str, str]]:
+    return sorted((r.job_name, r.partition_key) for r in result.run_requests)
+
+
+@pytest.fixture
+def materialized(resources, instance, write_visits):
+    for day in DAYS:
+        write_visits(day, "part.jsonl", day_of_visits(day, 4))
+        dg.materialize(
+            [visits_daily], partition_key=day.isoformat(), resources=resources, instance=instance
+        )
+    dg.materialize(
+        [visits_weekly], partition_key=MONDAY.isoformat(), resources=resources, instance=instance
+    )
+
+
+def test_the_sensor_needs_no_spark():
+    assert visits_late_files.required_resource_keys == {"landing"}
+
+
+def test_unchanged_and_renotified_files_launch_nothing(instance, landing, materialized):
+    first = tick(instance, landing)
+    assert first.run_requests == []
+    # Re-notified: mtime moves, content does not.
+    for stat in landing.list("visits"):
+        path = os.path.join(landing.root, stat.path)
+        os.utime(path, ns=(stat.mtime_ns + 5 * 10**9, stat.mtime_ns + 5 * 10**9))
+    again = tick(instance, landing, first.cursor)
+    assert again.run_requests == []
+
+
+def test_a_late_file_requests_only_its_day_and_week(instance, landing, write_visits, materialized):
+    cursor = tick(instance, landing).cursor
+    write_visits(DAYS[1], "late.jsonl", [visit("late", dt.datetime(2024, 4, 2, 7, tzinfo=dt.UTC))])
+    # A file for a day never materialized is left to its first backfill.
+    write_visits(dt.date(2024, 5, 1), "new.jsonl", day_of_visits(dt.date(2024, 5, 1), 1))
+    result = tick(instance, landing, cursor)
+    assert requested(result) == [
+        ("visits_daily_job", "2024-04-02"),
+        ("visits_weekly_job", "2024-04-01"),
+    ]
+    for request in result.run_requests:
+        assert request.tags["visits/trigger"] == "late-file"
+        assert request.tags["visits/changed_files"] == "visits/date=2024-04-02/late.jsonl"
+
+    # Seen again before the runs happened: the same run keys, so Dagster launches them once.
+    repeat = tick(instance, landing, cursor)
+    assert sorted(r.run_key for r in repeat.run_requests) == sorted(
+        r.run_key for r in result.run_requests
+    )
+
+
+def test_materializing_what_was_asked_settles_the_sensor(
+    resources, instance, landing, write_visits, materialized
+):
+    cursor = tick(instance, landing).cursor
+    write_visits(DAYS[2], "part.jsonl", day_of_visits(DAYS[2], 5))  # rewritten with a new row
+    result = tick(instance, landing, cursor)
+    assert requested(result) == [
+        ("visits_daily_job", "2024-04-03"),
+        ("visits_weekly_job", "2024-04-01"),
+    ]
+    dg.materialize(
+        [visits_daily], partition_key="2024-04-03", resources=resources, instance=instance
+    )
+    dg.materialize(
+        [visits_weekly], partition_key="2024-04-01", resources=resources, instance=instance
+    )
+    # Even with the cursor lost, every file's content matches what was last materialized.
+    assert tick(instance, landing).run_requests == []
+
+
+def test_a_removed_file_dirties_its_partitions(instance, landing, materialized):
+    cursor = tick(instance, landing).cursor
+    os.remove(os.path.join(landing.root, "visits", "date=2024-04-01", "part.jsonl"))
+    assert requested(tick(instance, landing, cursor)) == [
+        ("visits_daily_job", "2024-04-01"),
+        ("visits_weekly_job", "2024-04-01"),
+    ]

@@ -1,0 +1,80 @@
+"""The whole Definitions object, as `dagster dev` and `dagster definitions validate` load it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_definitions_module():
+    spec = importlib.util.spec_from_file_location(
+        "lakehouse_definitions", PROJECT_ROOT / "platform" / "definitions.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_platform_folder_never_shadows_the_stdlib_module():
+    assert not (PROJECT_ROOT / "platform" / "__init__.py").exists()
+    assert callable(platform.system)
+    assert Path(platform.__file__).parent != PROJECT_ROOT / "platform"
+
+
+def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
+    module = load_definitions_module()
+    defs = module.build_definitions({"LAKEHOUSE_ROOT": str(tmp_path / "l")})
+    graph = defs.resolve_asset_graph()
+    assert {k.to_user_string() for k in graph.get_all_asset_keys()} == {
+        "visits_daily",
+        "visits_weekly",
+    }
+    weekly = graph.get(dg.AssetKey("visits_weekly")).partitions_def
+    assert weekly.get_first_partition_key() == "2024-01-01"
+    assert weekly.get_next_partition_key("2024-12-30") == "2025-01-06"
+    daily = graph.get(dg.AssetKey("visits_daily")).partitions_def
+    assert daily.get_first_partition_key() == "2024-01-01"
+    assert {c.name for c in graph.asset_check_keys} == {"table_count_below_limit"}
+    jobs = {job.name for job in defs.resolve_all_job_defs()}
+    assert {
+        "visits_daily_job",
+        "visits_weekly_job",
+        "freeze_visits_weeks",
+        "restore_table",
+        "vacuum_table",
+    } <= jobs
+    assert [s.name for s in defs.sensors] == ["visits_late_files"]
+    resources = defs.resources
+    assert resources["lakehouse"].root == str(tmp_path / "l")
+    assert resources["landing"].root == str(PROJECT_ROOT / ".data" / "landing")
+    assert resources["lakehouse"].engine == "delta-rs"
+
+
+def test_an_unknown_engine_is_refused():
+    module = load_definitions_module()
+    with pytest.raises(ValueError, match="LAKEHOUSE_ENGINE"):
+        module.build_definitions({"LAKEHOUSE_ENGINE": "parquet"})
+
+
+def test_dagster_loads_the_workspace_like_dagster_dev(tmp_path):
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "LAKEHOUSE_ROOT": str(tmp_path / "l")}
+    (tmp_path / "dagster.yaml").write_text((PROJECT_ROOT / "platform" / "dagster.yaml").read_text())
+    result = subprocess.run(
+        [sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Validation successful for code location lakehouse" in result.stderr + result.stdout
