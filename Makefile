@@ -1,0 +1,46 @@
+# One command each: `make demo`, `make test`, `make dev`. Each sets up what it needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
+
+.PHONY: setup demo test test-slow dev bench lint clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "Python 3.11+ is needed (found $$($(PYTHON) --version)); set PYTHON=python3.11"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@# Spark needs Java 17+: stop here with what to install rather than fail deep in a run.
+	@$(PY) -c 'from resources.spark import ensure_java; print("Java for Spark:", ensure_java())'
+	touch $(STAMP)
+
+$(DAGSTER_HOME)/dagster.yaml: platform/dagster.yaml
+	mkdir -p $(DAGSTER_HOME)
+	cp platform/dagster.yaml $@
+
+setup: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
+
+demo: setup
+	$(PY) -m demo
+
+test: setup
+	$(PY) -m pytest
+
+test-slow: setup
+	$(PY) -m pytest -m slow
+
+dev: setup
+	$(VENV)/bin/dagster dev -w workspace.yaml
+
+bench: setup
+	$(PY) benchmarks/overwriting.py
+
+lint: setup
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf .data

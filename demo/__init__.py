@@ -1,0 +1,1 @@
+"""`make demo`: the main job end to end on the embedded defaults."""
