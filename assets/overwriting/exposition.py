@@ -36,6 +36,9 @@ _MANIFEST_SCHEMA = pa.schema(
         pa.field("changed_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
 )
+# Every week's first materialization commits to the manifest, and every run reads it:
+# frequent checkpoints keep that read a checkpoint plus a few commits, whatever the age.
+MANIFEST_PROPERTIES = {"delta.checkpointInterval": "10"}
 EXPOSED_COLUMNS = (*VISIT_COLUMNS, "week_start")
 
 
@@ -74,14 +77,20 @@ def upsert_manifest(
     if not lakehouse.exists(MANIFEST):
         # Creating with the first rows; a concurrent creator makes this a commit
         # conflict, and the retry lands in the MERGE path below.
-        return lakehouse.append(MANIFEST, rows, metadata=metadata)
-    return lakehouse.merge(
+        return lakehouse.append(
+            MANIFEST, rows, metadata=metadata, table_properties=MANIFEST_PROPERTIES
+        )
+    result = lakehouse.merge(
         MANIFEST,
         rows,
         on="t.week_start = s.week_start AND t.table_name = s.table_name",
         clauses=[WhenMatchedUpdate(), WhenNotMatchedInsert()],
         metadata=metadata,
     )
+    # Each insert-only MERGE adds a small file; every run reads the manifest, so keep it
+    # one file rather than let its read cost grow with the number of weeks.
+    lakehouse.compact(MANIFEST, metadata=metadata)
+    return result
 
 
 def exposed_table_count(lakehouse: Lakehouse) -> int:

@@ -117,6 +117,7 @@ class DeltaRsEngine(port.DeltaEngine):
         mode: str,
         where: Predicate | None,
         partition_by: Sequence[str] | None,
+        table_properties: Mapping[str, str] | None,
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
     ) -> None:
@@ -128,6 +129,7 @@ class DeltaRsEngine(port.DeltaEngine):
             # replaceWhere on a table that does not exist yet is its creation.
             predicate=render(where, "datafusion") if exists else None,
             partition_by=None if exists else (list(partition_by) if partition_by else None),
+            configuration=None if exists or not table_properties else dict(table_properties),
             storage_options=self._storage_options,
             commit_properties=_commit_properties(metadata, app_transaction),
         )

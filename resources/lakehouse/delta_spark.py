@@ -107,13 +107,17 @@ class DeltaSparkEngine(port.DeltaEngine):
         mode: str,
         where: Predicate | None,
         partition_by: Sequence[str] | None,
+        table_properties: Mapping[str, str] | None,
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
     ) -> None:
+        frame = self._frame(data)
         exists = self.exists(table)
+        if not exists and table_properties:
+            self._create(table, frame, partition_by, table_properties)
+            exists = True
         writer = (
-            self._frame(data)
-            .write.format("delta")
+            frame.write.format("delta")
             .mode(mode)
             .option("userMetadata", json.dumps(dict(metadata), sort_keys=True, default=str))
         )
@@ -126,6 +130,24 @@ class DeltaSparkEngine(port.DeltaEngine):
                 "txnVersion", app_transaction.version
             )
         writer.save(table)
+
+    def _create(
+        self,
+        table: str,
+        frame: DataFrame,
+        partition_by: Sequence[str] | None,
+        table_properties: Mapping[str, str],
+    ) -> None:
+        from delta.tables import DeltaTable
+
+        builder = (
+            DeltaTable.createIfNotExists(self._spark()).location(table).addColumns(frame.schema)
+        )
+        if partition_by:
+            builder = builder.partitionedBy(*partition_by)
+        for key, value in table_properties.items():
+            builder = builder.property(key, value)
+        builder.execute()
 
     def merge(
         self,

@@ -212,9 +212,11 @@ class DeltaEngine(ABC):
         mode: str,
         where: Predicate | None,
         partition_by: Sequence[str] | None,
+        table_properties: Mapping[str, str] | None,
         metadata: Mapping[str, Any],
         app_transaction: AppTransaction | None,
-    ) -> None: ...
+    ) -> None:
+        """`partition_by` and `table_properties` apply when this write creates the table."""
 
     @abstractmethod
     def merge(

@@ -100,8 +100,11 @@ class Lakehouse(dg.ConfigurableResource):
         *,
         metadata: Mapping[str, Any],
         partition_by: Sequence[str] | None = None,
+        table_properties: Mapping[str, str] | None = None,
         app_transaction: port.AppTransaction | None = None,
     ) -> port.CommitResult:
+        """Add rows. `partition_by` and `table_properties` (e.g. `delta.checkpointInterval`)
+        apply when this write creates the table."""
         return self._commit(
             table,
             metadata,
@@ -111,6 +114,7 @@ class Lakehouse(dg.ConfigurableResource):
                 mode="append",
                 where=None,
                 partition_by=partition_by,
+                table_properties=table_properties,
                 metadata=meta,
                 app_transaction=app_transaction,
             ),
@@ -124,6 +128,7 @@ class Lakehouse(dg.ConfigurableResource):
         metadata: Mapping[str, Any],
         where: Predicate | None = None,
         partition_by: Sequence[str] | None = None,
+        table_properties: Mapping[str, str] | None = None,
         app_transaction: port.AppTransaction | None = None,
     ) -> port.CommitResult:
         """Replace the whole table, or with `where` exactly the rows it matches
@@ -137,6 +142,7 @@ class Lakehouse(dg.ConfigurableResource):
                 mode="overwrite",
                 where=where,
                 partition_by=partition_by,
+                table_properties=table_properties,
                 metadata=meta,
                 app_transaction=app_transaction,
             ),

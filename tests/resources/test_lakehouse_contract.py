@@ -223,3 +223,12 @@ def test_concurrent_writers_conflict_retry_and_no_commit_is_lost(lake):
     assert lake.version("t") == 16
     assert [r[0] for r in rows(lake, "t")] == ["seed", "w2", "w3"]
     assert len({h.metadata["commit_token"] for h in lake.history("t")}) == 17
+
+
+def test_table_properties_apply_when_a_write_creates_the_table(lake, tmp_path):
+    properties = {"delta.checkpointInterval": "2"}
+    lake.append("t", devices([("a", 1, "x")]), metadata=META, table_properties=properties)
+    for i in range(3):
+        lake.append("t", devices([(f"b{i}", 1, "y")]), metadata=META)
+    log = Path(lake.uri("t")) / "_delta_log"
+    assert sorted(p.name for p in log.glob("*.checkpoint.parquet"))
