@@ -8,7 +8,7 @@ import dagster as dg
 
 from assets.materialization import commit_metadata, materialization_metadata
 from assets.overwriting.calendar import parse_day
-from assets.overwriting.visits_source import landed_visit_files, parse_visits
+from assets.overwriting.visits_source import parse_landed_visits
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse.predicates import eq
 
@@ -27,25 +27,22 @@ def visits_daily(
     `event_date`. Materializing a day replaces that day only (replaceWhere); duplicate
     visit_ids are kept once. Reclaim replaced files with the `vacuum_table` job."""
     day = parse_day(context.partition_key)
-    files = landed_visit_files(landing, [day])
-    parsed = parse_visits(spark.session(), files)
-    sources = [f.fingerprint for f in files]
+    parsed = parse_landed_visits(spark.session(), landing, [day])
     result = lakehouse.overwrite(
         VISITS_DAILY,
         parsed.frame,
         where=eq("event_date", day),
         partition_by=["event_date"],
-        metadata=commit_metadata(context, partition_key=context.partition_key, sources=sources),
+        metadata=commit_metadata(
+            context, partition_key=context.partition_key, sources=parsed.sources
+        ),
     )
     return dg.MaterializeResult(
         metadata=materialization_metadata(
             lakehouse,
             result,
             partition_key=context.partition_key,
-            sources=sources,
-            extra={
-                "lines_read": parsed.lines_read,
-                "duplicates_dropped": parsed.duplicates_dropped,
-            },
+            sources=parsed.sources,
+            extra=parsed.facts(),
         )
     )

@@ -23,7 +23,7 @@ from assets.overwriting.exposition import (
     upsert_manifest,
     weekly_table,
 )
-from assets.overwriting.visits_source import landed_visit_files, parse_visits
+from assets.overwriting.visits_source import parse_landed_visits
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import CommitResult
 from resources.lakehouse.predicates import eq
@@ -91,14 +91,14 @@ def visits_weekly(
     `freeze_visits_weeks` job to fold old weeks into yearly tables.
     """
     monday = parse_day(context.partition_key)
-    files = landed_visit_files(landing, days_of_week(monday))
-    parsed = parse_visits(spark.session(), files)
-    sources = [f.fingerprint for f in files]
+    parsed = parse_landed_visits(spark.session(), landing, days_of_week(monday))
     result = replace_week(
         lakehouse,
         monday,
         parsed.frame.withColumn("week_start", F.lit(monday)),
-        metadata=commit_metadata(context, partition_key=context.partition_key, sources=sources),
+        metadata=commit_metadata(
+            context, partition_key=context.partition_key, sources=parsed.sources
+        ),
     )
     tables = exposed_table_count(lakehouse)
     warn_at = int(config.table_limit * config.warn_ratio)
@@ -107,11 +107,8 @@ def visits_weekly(
             lakehouse,
             result,
             partition_key=context.partition_key,
-            sources=sources,
-            extra={
-                "lines_read": parsed.lines_read,
-                "duplicates_dropped": parsed.duplicates_dropped,
-            },
+            sources=parsed.sources,
+            extra=parsed.facts(),
         ),
         check_results=[
             dg.AssetCheckResult(

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from assets.overwriting.calendar import day_folder, day_of_file
-from resources.landing import LandedFile, LandingZone
+from resources.landing import Fingerprint, LandedFile, LandingZone
 
 VISIT_FIELDS = T.StructType(
     [
@@ -73,14 +73,25 @@ class ParsedVisits:
     lines_read: int
     duplicates_dropped: int
 
+    @property
+    def sources(self) -> list[Fingerprint]:
+        return [f.fingerprint for f in self.files]
 
-def landed_visit_files(landing: LandingZone, days: Sequence[dt.date]) -> list[LandedFile]:
-    """Read every visits file of `days` from the landing zone."""
-    return [
+    def facts(self) -> dict[str, int]:
+        """What a materialization reports about its input."""
+        return {"lines_read": self.lines_read, "duplicates_dropped": self.duplicates_dropped}
+
+
+def parse_landed_visits(
+    spark: SparkSession, landing: LandingZone, days: Sequence[dt.date]
+) -> ParsedVisits:
+    """Read and parse every visits file of `days` (see `parse_visits`)."""
+    files = [
         landing.read(stat.path)
         for day in days
         for stat in landing.list(day_folder(day), suffix=".jsonl")
     ]
+    return parse_visits(spark, files)
 
 
 def _decoded(files: Sequence[LandedFile]) -> list[tuple[str, dt.date, str]]:

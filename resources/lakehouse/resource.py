@@ -105,19 +105,8 @@ class Lakehouse(dg.ConfigurableResource):
     ) -> port.CommitResult:
         """Add rows. `partition_by` and `table_properties` (e.g. `delta.checkpointInterval`)
         apply when this write creates the table."""
-        return self._commit(
-            table,
-            metadata,
-            lambda uri, meta: self._delta().write(
-                uri,
-                data,
-                mode="append",
-                where=None,
-                partition_by=partition_by,
-                table_properties=table_properties,
-                metadata=meta,
-                app_transaction=app_transaction,
-            ),
+        return self._write(
+            table, data, "append", None, partition_by, table_properties, metadata, app_transaction
         )
 
     def overwrite(
@@ -133,13 +122,35 @@ class Lakehouse(dg.ConfigurableResource):
     ) -> port.CommitResult:
         """Replace the whole table, or with `where` exactly the rows it matches
         (replaceWhere). One atomic commit: readers see the old content or the new."""
+        return self._write(
+            table,
+            data,
+            "overwrite",
+            where,
+            partition_by,
+            table_properties,
+            metadata,
+            app_transaction,
+        )
+
+    def _write(
+        self,
+        table: str,
+        data: port.Data,
+        mode: Literal["append", "overwrite"],
+        where: Predicate | None,
+        partition_by: Sequence[str] | None,
+        table_properties: Mapping[str, str] | None,
+        metadata: Mapping[str, Any],
+        app_transaction: port.AppTransaction | None,
+    ) -> port.CommitResult:
         return self._commit(
             table,
             metadata,
             lambda uri, meta: self._delta().write(
                 uri,
                 data,
-                mode="overwrite",
+                mode=mode,
                 where=where,
                 partition_by=partition_by,
                 table_properties=table_properties,
