@@ -7,7 +7,8 @@ identical before and after: the job verifies row counts before it swaps the mani
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import dagster as dg
 from pyarrow import fs as pafs
@@ -22,7 +23,7 @@ from assets.overwriting.exposition import (
     weekly_table,
     yearly_table,
 )
-from resources import Lakehouse, SparkResource
+from resources import Lakehouse
 from resources.lakehouse.predicates import eq, is_in
 
 
@@ -74,7 +75,6 @@ def freeze_old_weeks(
     context: dg.OpExecutionContext,
     config: FreezeConfig,
     lakehouse: Lakehouse,
-    spark: SparkResource,
 ) -> dg.Output[None]:
     """Fold weekly visits tables older than the configured age into yearly tables."""
     today = dt.date.fromisoformat(config.as_of) if config.as_of else dt.datetime.now(dt.UTC).date()
@@ -137,7 +137,7 @@ def freeze_old_weeks(
 
 
 def purge_retired_tables(
-    lakehouse: Lakehouse, *, older_than: dt.datetime, metadata: dict
+    lakehouse: Lakehouse, *, older_than: dt.datetime, metadata: Mapping[str, Any]
 ) -> list[str]:
     """Delete retired tables past their grace period, then forget them in the manifest."""
     names = retired_tables_to_purge(manifest_entries(lakehouse), older_than=older_than)
