@@ -25,7 +25,7 @@ $(DAGSTER_HOME)/dagster.yaml: platform/dagster.yaml
 setup: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 
 demo: setup
-	$(PY) -m demo
+	$(PY) -u -m demo
 
 test: setup
 	$(PY) -m pytest

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets import maintenance, overwriting
+from assets import maintenance, overwriting, updates
 from resources import Lakehouse, LandingZone, SparkResource
 from sensors import sensors
 
@@ -51,7 +51,7 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
 
 def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
     return dg.Definitions(
-        assets=[*overwriting.assets],
+        assets=[*overwriting.assets, *updates.assets],
         jobs=[*overwriting.jobs, *maintenance.jobs],
         sensors=sensors,
         resources=build_resources(env),

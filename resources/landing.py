@@ -86,6 +86,9 @@ class LandingZone(dg.ConfigurableResource):
                 )
         return sorted(stats, key=lambda s: s.path)
 
+    def exists(self, path: str) -> bool:
+        return self._abs(path).is_file()
+
     def read(self, path: str) -> LandedFile:
         full = self._abs(path)
         content = full.read_bytes()

@@ -37,7 +37,12 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} == {
         "visits_daily",
         "visits_weekly",
+        "devices",
+        "device_catalog",
     }
+    # The Stateful Merger depends on its own previous day, so backfills run in order.
+    catalog = graph.get(dg.AssetKey("device_catalog"))
+    assert dg.AssetKey("device_catalog") in catalog.parent_keys
     weekly = graph.get(dg.AssetKey("visits_weekly")).partitions_def
     assert weekly.get_first_partition_key() == "2024-01-01"
     assert weekly.get_next_partition_key("2024-12-30") == "2025-01-06"

@@ -16,6 +16,13 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from assets.overwriting.calendar import day_folder, day_of_file
+from assets.source_files import (
+    Problem,
+    SourceDataError,
+    decode_utf8,
+    first_problems,
+    numbered_lines,
+)
 from resources.landing import Fingerprint, LandedFile, LandingZone
 
 VISIT_FIELDS = T.StructType(
@@ -40,28 +47,6 @@ VISIT_COLUMNS = (
     "source_file",
     "source_line",
 )
-MAX_REPORTED_PROBLEMS = 10
-
-
-@dataclass(frozen=True)
-class Problem:
-    file: str
-    line: int | None
-    reason: str
-
-    def __str__(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line is not None else self.file
-        return f"{where}: {self.reason}"
-
-
-class SourceDataError(ValueError):
-    """Source files that cannot be ingested; nothing was written."""
-
-    def __init__(self, problems: Sequence[Problem], *, more: bool = False) -> None:
-        self.problems = list(problems)
-        lines = "\n".join(f"  {p}" for p in self.problems)
-        tail = "\n  ... and more" if more else ""
-        super().__init__(f"rejected visits source data (nothing was written):\n{lines}{tail}")
 
 
 @dataclass(frozen=True)
@@ -106,15 +91,13 @@ def _decoded(files: Sequence[LandedFile]) -> list[tuple[str, dt.date, str]]:
         if not landed.content.strip():
             problems.append(Problem(landed.path, None, "file is empty"))
             continue
-        try:
-            text = landed.content.decode("utf-8")
-        except UnicodeDecodeError as e:
-            line = landed.content[: e.start].count(b"\n") + 1
-            problems.append(Problem(landed.path, line, f"not valid UTF-8 ({e.reason})"))
+        text = decode_utf8(landed)
+        if isinstance(text, Problem):
+            problems.append(text)
             continue
         rows.append((landed.path, day, text))
     if problems:
-        raise SourceDataError(problems)
+        raise SourceDataError("visits", problems)
     return rows
 
 
@@ -154,16 +137,10 @@ def parse_visits(spark: SparkSession, files: Sequence[LandedFile]) -> ParsedVisi
     from the first file and line in path order, so the choice never depends on timing.
     """
     files = list(files)
-    schema = "source_file string, folder_day date, content string"
-    documents = spark.createDataFrame(_decoded(files), schema)
-    lines = (
-        documents.select(
-            "source_file",
-            "folder_day",
-            F.posexplode(F.split("content", r"\r?\n")).alias("position", "text"),
+    lines = numbered_lines(
+        spark.createDataFrame(
+            _decoded(files), "source_file string, folder_day date, content string"
         )
-        .where(F.trim("text") != "")
-        .select("source_file", "folder_day", (F.col("position") + 1).alias("source_line"), "text")
     )
     record = F.from_json(
         "text",
@@ -177,21 +154,7 @@ def parse_visits(spark: SparkSession, files: Sequence[LandedFile]) -> ParsedVisi
         .cache()
     )
     try:
-        bad = (
-            parsed.where(F.col("problem").isNotNull())
-            .orderBy("source_file", "source_line")
-            .select("source_file", "source_line", "problem")
-            .limit(MAX_REPORTED_PROBLEMS + 1)
-            .collect()
-        )
-        if bad:
-            raise SourceDataError(
-                [
-                    Problem(r.source_file, r.source_line, r.problem)
-                    for r in bad[:MAX_REPORTED_PROBLEMS]
-                ],
-                more=len(bad) > MAX_REPORTED_PROBLEMS,
-            )
+        first_problems("visits", parsed, F.col("problem"))
         lines_read = parsed.count()
         first_copy = Window.partitionBy("visit_id").orderBy("source_file", "source_line")
         visits = (
@@ -203,7 +166,7 @@ def parse_visits(spark: SparkSession, files: Sequence[LandedFile]) -> ParsedVisi
                 F.col("record.page").alias("page"),
                 F.col("record.context").alias("context"),
                 "source_file",
-                F.col("source_line").cast("int").alias("source_line"),
+                "source_line",
             )
             .withColumn("copy", F.row_number().over(first_copy))
             .where(F.col("copy") == 1)

@@ -1,0 +1,61 @@
+"""Merger: `devices`, a daily CDC file merged into one Delta table with soft deletes.
+
+The MERGE never inserts a row marked deleted, so replaying a batch that deleted a device
+cannot bring it back; updating a matched row with the batch's values is idempotent.
+"""
+
+import dagster as dg
+import pyarrow as pa
+from pyspark.sql import functions as F
+
+from assets.materialization import commit_metadata, materialization_metadata
+from assets.overwriting.calendar import parse_day
+from assets.updates.change_files import DEVICE_COLUMNS, parse_device_changes
+from resources import Lakehouse, LandingZone, SparkResource
+from resources.lakehouse import WhenMatchedDelete, WhenMatchedUpdate, WhenNotMatchedInsert
+
+DEVICES = "devices"
+DEVICES_SCHEMA = pa.schema([pa.field(name, pa.string()) for name in DEVICE_COLUMNS])
+daily_changes = dg.DailyPartitionsDefinition(start_date="2024-01-01")
+
+DEVICE_MERGE = [
+    WhenMatchedDelete(condition="s.is_deleted"),
+    WhenMatchedUpdate(set={"full_name": "s.full_name"}),
+    WhenNotMatchedInsert(
+        condition="NOT s.is_deleted", values={name: f"s.{name}" for name in DEVICE_COLUMNS}
+    ),
+]
+
+
+@dg.asset(partitions_def=daily_changes, group_name="updates", kinds={"spark", "delta"})
+def devices(
+    context: dg.AssetExecutionContext,
+    spark: SparkResource,
+    lakehouse: Lakehouse,
+    landing: LandingZone,
+) -> dg.MaterializeResult:
+    """Devices known today, identified by (type, version), kept by merging each day's
+    `devices_cdc/YYYY-MM-DD.csv`: deleted rows are removed and never re-inserted, a key
+    changed twice in one file takes the file's last line."""
+    changes = parse_device_changes(spark.session(), landing, parse_day(context.partition_key))
+    metadata = commit_metadata(
+        context, partition_key=context.partition_key, sources=[changes.source]
+    )
+    if not lakehouse.exists(DEVICES):
+        lakehouse.append(DEVICES, DEVICES_SCHEMA.empty_table(), metadata=metadata)
+    result = lakehouse.merge(
+        DEVICES,
+        changes.frame.select(*DEVICE_COLUMNS, F.col("is_deleted")),
+        on="t.type = s.type AND t.version = s.version",
+        clauses=DEVICE_MERGE,
+        metadata=metadata,
+    )
+    return dg.MaterializeResult(
+        metadata=materialization_metadata(
+            lakehouse,
+            result,
+            partition_key=context.partition_key,
+            sources=[changes.source],
+            extra=changes.facts(),
+        )
+    )
