@@ -38,6 +38,7 @@ dev: setup
 
 bench: setup
 	$(PY) benchmarks/overwriting.py
+	$(PY) benchmarks/merge_pruning.py
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -120,10 +120,11 @@ class DeltaRsEngine(port.DeltaEngine):
         table_properties: Mapping[str, str] | None,
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
-    ) -> None:
-        exists = self.exists(table)
+    ) -> port.HistoryEntry | None:
+        target = self._table(table) if self.exists(table) else None
+        exists = target is not None
         write_deltalake(
-            table,
+            target if exists else table,
             _as_arrow(data),
             mode=mode,  # type: ignore[arg-type]
             # replaceWhere on a table that does not exist yet is its creation.
@@ -133,6 +134,7 @@ class DeltaRsEngine(port.DeltaEngine):
             storage_options=self._storage_options,
             commit_properties=_commit_properties(metadata, app_transaction),
         )
+        return _own_commit(target if exists else self._table(table), metadata)
 
     def merge(
         self,
@@ -143,8 +145,9 @@ class DeltaRsEngine(port.DeltaEngine):
         clauses: Sequence[port.MergeClause],
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
-    ) -> dict[str, Any]:
-        merger = self._table(table).merge(
+    ) -> port.HistoryEntry | None:
+        target = self._table(table)
+        merger = target.merge(
             _as_arrow(source),
             on,
             source_alias="s",
@@ -167,32 +170,25 @@ class DeltaRsEngine(port.DeltaEngine):
                     if clause.values is None
                     else merger.when_not_matched_insert(dict(clause.values), predicate=condition)
                 )
-        return merger.execute()
+        merger.execute()
+        return _own_commit(target, metadata)
 
-    def delete(self, table: str, *, where: Predicate, metadata: Mapping[str, Any]) -> None:
-        self._table(table).delete(
-            where.render("datafusion"), commit_properties=_commit_properties(metadata)
-        )
+    def delete(
+        self, table: str, *, where: Predicate, metadata: Mapping[str, Any]
+    ) -> port.HistoryEntry | None:
+        target = self._table(table)
+        target.delete(where.render("datafusion"), commit_properties=_commit_properties(metadata))
+        return _own_commit(target, metadata)
 
-    def restore(self, table: str, version: int, *, metadata: Mapping[str, Any]) -> None:
-        self._table(table).restore(version, commit_properties=_commit_properties(metadata))
+    def restore(
+        self, table: str, version: int, *, metadata: Mapping[str, Any]
+    ) -> port.HistoryEntry | None:
+        target = self._table(table)
+        target.restore(version, commit_properties=_commit_properties(metadata))
+        return _own_commit(target, metadata)
 
     def history(self, table: str, *, limit: int | None = None) -> list[port.HistoryEntry]:
-        entries = []
-        for raw in self._table(table).history(limit):
-            operation = raw.get("operation", "")
-            engine_metrics = raw.get("operationMetrics") or {}
-            entries.append(
-                port.HistoryEntry(
-                    version=int(raw["version"]),
-                    timestamp=dt.datetime.fromtimestamp(raw["timestamp"] / 1000, dt.UTC),
-                    operation=operation,
-                    parameters=raw.get("operationParameters") or {},
-                    metrics=port.normalize_metrics(engine_metrics, operation),
-                    metadata=_parse_user_metadata(raw.get("userMetadata")),
-                )
-            )
-        return entries
+        return [_history_entry(raw) for raw in self._table(table).history(limit)]
 
     def app_transaction_version(self, table: str, app_id: str) -> int | None:
         if not self.exists(table):
@@ -214,14 +210,16 @@ class DeltaRsEngine(port.DeltaEngine):
         *,
         partition: Mapping[str, Value] | None,
         metadata: Mapping[str, Any],
-    ) -> None:
+    ) -> port.HistoryEntry | None:
         filters = None
         if partition:
             # delta-rs takes partition filters as (column, op, string value) triples.
             filters = [(column, "=", _partition_value(v)) for column, v in partition.items()]
-        self._table(table).optimize.compact(
+        target = self._table(table)
+        target.optimize.compact(
             partition_filters=filters, commit_properties=_commit_properties(metadata)
         )
+        return _own_commit(target, metadata)
 
     def missing_files(self, table: str, version: int) -> list[str]:
         uris = self._table(table, version).file_uris()
@@ -229,6 +227,31 @@ class DeltaRsEngine(port.DeltaEngine):
 
     def is_commit_conflict(self, error: Exception) -> bool:
         return isinstance(error, CommitFailedError)
+
+
+def _history_entry(raw: Mapping[str, Any]) -> port.HistoryEntry:
+    operation = raw.get("operation", "")
+    engine_metrics = raw.get("operationMetrics") or {}
+    return port.HistoryEntry(
+        version=int(raw["version"]),
+        timestamp=dt.datetime.fromtimestamp(raw["timestamp"] / 1000, dt.UTC),
+        operation=operation,
+        parameters=raw.get("operationParameters") or {},
+        metrics=port.normalize_metrics(engine_metrics, operation),
+        metadata=_parse_user_metadata(raw.get("userMetadata")),
+        engine_metrics=engine_metrics,
+    )
+
+
+def _own_commit(target: DeltaTable, metadata: Mapping[str, Any]) -> port.HistoryEntry | None:
+    """The commit this operation made: after it, `target`'s snapshot is that commit (a
+    concurrent commit after ours is not in it), so its newest history entry is ours,
+    which the commit token confirms. None when the operation committed nothing."""
+    for raw in target.history(1):
+        entry = _history_entry(raw)
+        if entry.metadata.get("commit_token") == metadata.get("commit_token"):
+            return entry
+    return None
 
 
 def _partition_value(value: Value) -> str:

@@ -110,7 +110,7 @@ class DeltaSparkEngine(port.DeltaEngine):
         table_properties: Mapping[str, str] | None,
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
-    ) -> None:
+    ) -> port.HistoryEntry | None:
         frame = self._frame(data)
         exists = self.exists(table)
         if not exists and table_properties:
@@ -130,6 +130,7 @@ class DeltaSparkEngine(port.DeltaEngine):
                 "txnVersion", app_transaction.version
             )
         writer.save(table)
+        return None
 
     def _create(
         self,
@@ -158,7 +159,7 @@ class DeltaSparkEngine(port.DeltaEngine):
         clauses: Sequence[port.MergeClause],
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
-    ) -> dict[str, Any]:
+    ) -> port.HistoryEntry | None:
         builder = self._delta_table(table).alias("t").merge(self._frame(source).alias("s"), on)
         for clause in clauses:
             condition = render(clause.condition, "spark")
@@ -179,19 +180,24 @@ class DeltaSparkEngine(port.DeltaEngine):
                     )
                 )
         with self._session_conf(metadata, app_transaction):
-            result = builder.execute()
-        row = result.first() if result is not None else None
-        return row.asDict() if row is not None else {}
+            builder.execute()
+        return None
 
-    def delete(self, table: str, *, where: Predicate, metadata: Mapping[str, Any]) -> None:
+    def delete(
+        self, table: str, *, where: Predicate, metadata: Mapping[str, Any]
+    ) -> port.HistoryEntry | None:
         delta_table = self._delta_table(table)
         with self._session_conf(metadata):
             delta_table.delete(where.render("spark"))
+        return None
 
-    def restore(self, table: str, version: int, *, metadata: Mapping[str, Any]) -> None:
+    def restore(
+        self, table: str, version: int, *, metadata: Mapping[str, Any]
+    ) -> port.HistoryEntry | None:
         delta_table = self._delta_table(table)
         with self._session_conf(metadata):
             delta_table.restoreToVersion(version)
+        return None
 
     def history(self, table: str, *, limit: int | None = None) -> list[port.HistoryEntry]:
         rows = self._delta_table(table).history(limit).collect()
@@ -210,6 +216,7 @@ class DeltaSparkEngine(port.DeltaEngine):
                     parameters=dict(row["operationParameters"] or {}),
                     metrics=port.normalize_metrics(engine_metrics, operation),
                     metadata=json.loads(row["userMetadata"]) if row["userMetadata"] else {},
+                    engine_metrics=engine_metrics,
                 )
             )
         return entries
@@ -235,13 +242,14 @@ class DeltaSparkEngine(port.DeltaEngine):
         *,
         partition: Mapping[str, Value] | None,
         metadata: Mapping[str, Any],
-    ) -> None:
+    ) -> port.HistoryEntry | None:
         optimizer = self._delta_table(table).optimize()
         if partition:
             conditions = [eq(column, value) for column, value in partition.items()]
             optimizer = optimizer.where(" AND ".join(c.render("spark") for c in conditions))
         with self._session_conf(metadata):
             optimizer.executeCompaction()
+        return None
 
     def missing_files(self, table: str, version: int) -> list[str]:
         return self._log_reader.missing_files(table, version)

@@ -83,6 +83,8 @@ class HistoryEntry:
     metrics: Mapping[str, int]
     metadata: Mapping[str, Any]
     """The commit metadata our writer attached (run id, asset, partition, source facts)."""
+    engine_metrics: Mapping[str, Any] = field(default_factory=dict)
+    """operationMetrics under the engine's own names."""
 
 
 @dataclass(frozen=True)
@@ -184,8 +186,11 @@ def normalize_metrics(engine_metrics: Mapping[str, Any], operation: str) -> dict
 
 
 class DeltaEngine(ABC):
-    """One Delta implementation. Every write takes commit metadata and returns the
-    version it created; `table` is a table URI."""
+    """One Delta implementation; `table` is a table URI.
+
+    Every write takes commit metadata (which holds a unique `commit_token`) and returns
+    the history entry of the commit it made when the engine knows it cheaply, or None:
+    the caller then finds the commit in the history by its token."""
 
     @abstractmethod
     def exists(self, table: str) -> bool: ...
@@ -215,7 +220,7 @@ class DeltaEngine(ABC):
         table_properties: Mapping[str, str] | None,
         metadata: Mapping[str, Any],
         app_transaction: AppTransaction | None,
-    ) -> None:
+    ) -> HistoryEntry | None:
         """`partition_by` and `table_properties` apply when this write creates the table."""
 
     @abstractmethod
@@ -228,13 +233,17 @@ class DeltaEngine(ABC):
         clauses: Sequence[MergeClause],
         metadata: Mapping[str, Any],
         app_transaction: AppTransaction | None,
-    ) -> dict[str, Any]: ...
+    ) -> HistoryEntry | None: ...
 
     @abstractmethod
-    def delete(self, table: str, *, where: Predicate, metadata: Mapping[str, Any]) -> None: ...
+    def delete(
+        self, table: str, *, where: Predicate, metadata: Mapping[str, Any]
+    ) -> HistoryEntry | None: ...
 
     @abstractmethod
-    def restore(self, table: str, version: int, *, metadata: Mapping[str, Any]) -> None: ...
+    def restore(
+        self, table: str, version: int, *, metadata: Mapping[str, Any]
+    ) -> HistoryEntry | None: ...
 
     @abstractmethod
     def history(self, table: str, *, limit: int | None = None) -> list[HistoryEntry]: ...
@@ -252,7 +261,7 @@ class DeltaEngine(ABC):
         *,
         partition: Mapping[str, Value] | None,
         metadata: Mapping[str, Any],
-    ) -> None: ...
+    ) -> HistoryEntry | None: ...
 
     @abstractmethod
     def missing_files(self, table: str, version: int) -> list[str]:

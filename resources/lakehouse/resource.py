@@ -235,17 +235,17 @@ class Lakehouse(dg.ConfigurableResource):
         self,
         table: str,
         metadata: Mapping[str, Any],
-        operation: Callable[[str, Mapping[str, Any]], Any],
+        operation: Callable[[str, Mapping[str, Any]], port.HistoryEntry | None],
     ) -> port.CommitResult:
         uri = self.uri(table)
         engine = self._delta()
-        # A token in the commit metadata finds our commit in the history even when other
-        # writers committed around it: the engines do not return the version they wrote.
+        # A token in the commit metadata identifies our commit in the history even when
+        # other writers committed around it.
         token = uuid.uuid4().hex
         meta = {**metadata, "commit_token": token}
         for attempt in range(1, self.commit_attempts + 1):
             try:
-                returned = operation(uri, meta)
+                entry = operation(uri, meta)
                 break
             except Exception as error:
                 if not engine.is_commit_conflict(error):
@@ -253,40 +253,26 @@ class Lakehouse(dg.ConfigurableResource):
                 if attempt == self.commit_attempts:
                     raise port.CommitConflictError(table, "write", attempt, error) from error
                 time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
-        return self._committed(table, token, returned if isinstance(returned, dict) else {})
+        if entry is None:
+            entry = self._find_commit(table, token)
+        if entry is None:
+            # The engine decided there was nothing to commit (e.g. compacting a compact
+            # table, merging an empty batch).
+            return port.CommitResult(
+                table, self.version(table) or 0, "NONE", port.normalize_metrics({}, "NONE")
+            )
+        return port.CommitResult(
+            table, entry.version, entry.operation, entry.metrics, entry.engine_metrics
+        )
 
-    def _committed(
-        self, table: str, token: str, engine_metrics: Mapping[str, Any]
-    ) -> port.CommitResult:
-        for limit in (20, None):
+    def _find_commit(self, table: str, token: str) -> port.HistoryEntry | None:
+        # Bounded: a commit is looked for right after it was made, so only commits racing
+        # it can stand above it.
+        for limit in (20, 200):
             for entry in self.history(table, limit=limit):
                 if entry.metadata.get("commit_token") == token:
-                    metrics = dict(entry.metrics)
-                    if engine_metrics:
-                        metrics.update(
-                            {
-                                k: v
-                                for k, v in port.normalize_metrics(
-                                    engine_metrics, entry.operation
-                                ).items()
-                                if v
-                            }
-                        )
-                    return port.CommitResult(
-                        table=table,
-                        version=entry.version,
-                        operation=entry.operation,
-                        metrics=metrics,
-                        engine_metrics=dict(engine_metrics),
-                    )
-        # The engine decided there was nothing to commit (e.g. compacting a compact table).
-        return port.CommitResult(
-            table=table,
-            version=self.version(table) or 0,
-            operation="NONE",
-            metrics=port.normalize_metrics(engine_metrics, "NONE"),
-            engine_metrics=dict(engine_metrics),
-        )
+                    return entry
+        return None
 
     def _last_vacuum(self, table: str) -> str:
         for entry in self.history(table):
