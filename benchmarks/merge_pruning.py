@@ -10,6 +10,8 @@ Layouts: `monthly` partitions by `change_month` (the month's first day; ~300k ro
 partition, Delta's advice of few, large partitions). `daily` partitions by `change_date`
 (10k rows, 1000 partitions at 10M): reported beside it because every file in the table
 adds to the snapshot and MERGE planning cost in delta-rs even when pruning reads one.
+delta-rs's streamed MERGE counts files scanned/skipped only when it prunes files before
+the join, so those figures show pruning for the `daily` layout only; the times show it.
 Run: `.venv/bin/python benchmarks/merge_pruning.py` (or `make bench`).
 """
 
