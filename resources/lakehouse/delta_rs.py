@@ -127,9 +127,11 @@ class DeltaRsEngine(port.DeltaEngine):
             target if exists else table,
             _as_arrow(data),
             mode=mode,  # type: ignore[arg-type]
-            # replaceWhere on a table that does not exist yet is its creation.
-            predicate=render(where, "datafusion") if exists else None,
-            partition_by=None if exists else (list(partition_by) if partition_by else None),
+            # The predicate and partitioning go with every write, creating ones included:
+            # a writer that saw no table may find one created by a concurrent writer by
+            # the time it commits, and must then still replace only its own window.
+            predicate=render(where, "datafusion"),
+            partition_by=list(partition_by) if partition_by else None,
             configuration=None if exists or not table_properties else dict(table_properties),
             storage_options=self._storage_options,
             commit_properties=_commit_properties(metadata, app_transaction),

@@ -121,9 +121,11 @@ class DeltaSparkEngine(port.DeltaEngine):
             .mode(mode)
             .option("userMetadata", json.dumps(dict(metadata), sort_keys=True, default=str))
         )
-        if where is not None and exists:
+        # Predicate and partitioning go with every write, creating ones included (a
+        # concurrent writer may create the table first).
+        if where is not None:
             writer = writer.option("replaceWhere", where.render("spark"))
-        if partition_by and not exists:
+        if partition_by:
             writer = writer.partitionBy(*partition_by)
         if app_transaction:
             writer = writer.option("txnAppId", app_transaction.app_id).option(

@@ -232,3 +232,37 @@ def test_table_properties_apply_when_a_write_creates_the_table(lake, tmp_path):
         lake.append("t", devices([(f"b{i}", 1, "y")]), metadata=META)
     log = Path(lake.uri("t")) / "_delta_log"
     assert sorted(p.name for p in log.glob("*.checkpoint.parquet"))
+
+
+def race_to_create(lake, table: str, days: list[int]) -> list[BaseException]:
+    """Writers released at once against a table that does not exist yet."""
+    barrier = threading.Barrier(len(days))
+    errors: list[BaseException] = []
+
+    def writer(day: int) -> None:
+        try:
+            barrier.wait()
+            lake.overwrite(
+                table,
+                devices([(f"w{day}", day, "x")]),
+                where=eq("day", dt.date(2024, 1, day)),
+                partition_by=["day"],
+                metadata=META,
+            )
+        except BaseException as error:  # noqa: BLE001 - returned to the test
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer, args=(day,)) for day in days]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
+def test_writers_racing_to_create_a_table_each_replace_only_their_window(lake):
+    """Guards: a writer that saw no table, found one at commit time (a concurrent writer
+    created it) and overwrote the whole table instead of its own partition."""
+    for attempt in range(3):
+        assert race_to_create(lake, f"race{attempt}", [1, 2, 3, 4]) == []
+        assert [r[0] for r in rows(lake, f"race{attempt}")] == ["w1", "w2", "w3", "w4"]
