@@ -15,6 +15,7 @@ from assets.overwriting.exposition import (
     active_tables,
     manifest_entries,
     read_visits,
+    register_visits_view,
     weekly_table,
     yearly_table,
 )
@@ -50,6 +51,9 @@ def test_week_spanning_new_year_reads_its_seven_days(resources, lakehouse, spark
     assert len(rows) == 14
     assert {r[1] for r in rows} == {dt.date(2024, 12, 30) + dt.timedelta(days=i) for i in range(7)}
     assert {r[2] for r in rows} == {dt.date(2024, 12, 30)}
+    register_visits_view(lakehouse, spark.session())
+    [count] = spark.session().sql("SELECT count(*) AS n FROM visits").collect()
+    assert count.n == 14
 
 
 def test_rerun_is_identical_and_backfill_leaves_other_weeks_at_their_version(
