@@ -66,7 +66,14 @@ def _commit_properties(
     )
 
 
+# How many commits racing writers may have stacked on a table we just created.
+_CREATION_RACE_DEPTH = 50
+
+
 class DeltaRsEngine(port.DeltaEngine):
+    # After an operation the table object's snapshot is the commit it made.
+    reports_own_commits = True
+
     def __init__(
         self,
         *,
@@ -136,7 +143,9 @@ class DeltaRsEngine(port.DeltaEngine):
             storage_options=self._storage_options,
             commit_properties=_commit_properties(metadata, app_transaction),
         )
-        return _own_commit(target if exists else self._table(table), metadata)
+        if exists:
+            return _own_commit(target, metadata)
+        return _own_commit(self._table(table), metadata, depth=_CREATION_RACE_DEPTH)
 
     def merge(
         self,
@@ -245,11 +254,15 @@ def _history_entry(raw: Mapping[str, Any]) -> port.HistoryEntry:
     )
 
 
-def _own_commit(target: DeltaTable, metadata: Mapping[str, Any]) -> port.HistoryEntry | None:
+def _own_commit(
+    target: DeltaTable, metadata: Mapping[str, Any], *, depth: int = 1
+) -> port.HistoryEntry | None:
     """The commit this operation made: after it, `target`'s snapshot is that commit (a
     concurrent commit after ours is not in it), so its newest history entry is ours,
-    which the commit token confirms. None when the operation committed nothing."""
-    for raw in target.history(1):
+    which the commit token confirms. A table loaded afresh (after a write that created
+    it) may hold racing commits above ours: look `depth` commits deep. None when the
+    operation committed nothing."""
+    for raw in target.history(depth):
         entry = _history_entry(raw)
         if entry.metadata.get("commit_token") == metadata.get("commit_token"):
             return entry

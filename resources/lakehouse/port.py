@@ -189,8 +189,11 @@ class DeltaEngine(ABC):
     """One Delta implementation; `table` is a table URI.
 
     Every write takes commit metadata (which holds a unique `commit_token`) and returns
-    the history entry of the commit it made when the engine knows it cheaply, or None:
-    the caller then finds the commit in the history by its token."""
+    the history entry of the commit it made, or None. Engines that know their own
+    commit (`reports_own_commits`) return None only when they committed nothing; for the
+    others the caller finds the commit in the history by its token."""
+
+    reports_own_commits: bool = False
 
     @abstractmethod
     def exists(self, table: str) -> bool: ...

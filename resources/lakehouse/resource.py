@@ -253,7 +253,7 @@ class Lakehouse(dg.ConfigurableResource):
                 if attempt == self.commit_attempts:
                     raise port.CommitConflictError(table, "write", attempt, error) from error
                 time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
-        if entry is None:
+        if entry is None and not engine.reports_own_commits:
             entry = self._find_commit(table, token)
         if entry is None:
             # The engine decided there was nothing to commit (e.g. compacting a compact
