@@ -130,6 +130,10 @@ class DeltaRsEngine(port.DeltaEngine):
     ) -> port.HistoryEntry | None:
         target = self._table(table) if self.exists(table) else None
         exists = target is not None
+        if exists and app_transaction:
+            port.require_advance(
+                table, app_transaction, target.transaction_version(app_transaction.app_id)
+            )
         write_deltalake(
             target if exists else table,
             _as_arrow(data),
@@ -158,6 +162,10 @@ class DeltaRsEngine(port.DeltaEngine):
         app_transaction: port.AppTransaction | None,
     ) -> port.HistoryEntry | None:
         target = self._table(table)
+        if app_transaction:
+            port.require_advance(
+                table, app_transaction, target.transaction_version(app_transaction.app_id)
+            )
         merger = target.merge(
             _as_arrow(source),
             on,
@@ -205,6 +213,13 @@ class DeltaRsEngine(port.DeltaEngine):
         if not self.exists(table):
             return None
         return self._table(table).transaction_version(app_id)
+
+    def app_transaction_versions(self, table: str, app_ids: Sequence[str]) -> dict[str, int]:
+        if not self.exists(table):
+            return {}
+        snapshot = self._table(table)  # one snapshot for all ids
+        versions = {app_id: snapshot.transaction_version(app_id) for app_id in app_ids}
+        return {app_id: v for app_id, v in versions.items() if v is not None}
 
     def vacuum(self, table: str, *, retention_hours: float, dry_run: bool) -> list[str]:
         return self._table(table).vacuum(

@@ -113,6 +113,7 @@ class DeltaSparkEngine(port.DeltaEngine):
     ) -> port.HistoryEntry | None:
         frame = self._frame(data)
         exists = self.exists(table)
+        self._require_advance(table, app_transaction)
         if not exists and table_properties:
             self._create(table, frame, partition_by, table_properties)
             exists = True
@@ -162,6 +163,7 @@ class DeltaSparkEngine(port.DeltaEngine):
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
     ) -> port.HistoryEntry | None:
+        self._require_advance(table, app_transaction)
         builder = self._delta_table(table).alias("t").merge(self._frame(source).alias("s"), on)
         for clause in clauses:
             condition = render(clause.condition, "spark")
@@ -222,6 +224,13 @@ class DeltaSparkEngine(port.DeltaEngine):
                 )
             )
         return entries
+
+    def _require_advance(self, table: str, app_transaction: port.AppTransaction | None) -> None:
+        # Checked before the write; a writer racing past this check with the same version
+        # is skipped by Delta itself (txnAppId/txnVersion make Spark writes idempotent).
+        if app_transaction and self.exists(table):
+            current = self.app_transaction_version(table, app_transaction.app_id)
+            port.require_advance(table, app_transaction, current)
 
     def app_transaction_version(self, table: str, app_id: str) -> int | None:
         return self._log_reader.app_transaction_version(table, app_id)

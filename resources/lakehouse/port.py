@@ -55,6 +55,22 @@ class CommitConflictError(LakehouseError):
         self.table = table
 
 
+class StaleWriteError(LakehouseError):
+    """A write's app transaction does not advance the version the table already holds:
+    another writer got there first, so this writer's view is stale. Nothing was written."""
+
+    def __init__(self, table: str, app_id: str, version: int, current: int) -> None:
+        super().__init__(
+            f"refused a stale write to Delta table {table!r}: app transaction {app_id!r} "
+            f"is already at version {current}, this write carries {version}; another "
+            "writer committed after this one read the table, so its work must be redone"
+        )
+        self.table = table
+        self.app_id = app_id
+        self.version = version
+        self.current = current
+
+
 # -- records --------------------------------------------------------------------------
 
 
@@ -90,7 +106,12 @@ class HistoryEntry:
 @dataclass(frozen=True)
 class AppTransaction:
     """Delta's idempotent-writer marker: `version` is committed atomically with the data,
-    so a writer can tell after a crash whether its batch already landed."""
+    so a writer can tell after a crash whether its batch already landed.
+
+    A write carrying one must advance it: when the table already records `version` or a
+    later one for `app_id`, the write is refused with StaleWriteError and commits nothing
+    (checked against the snapshot the write commits on; a concurrent commit of the same
+    app id is a commit conflict, so two writers never both pass)."""
 
     app_id: str
     version: int
@@ -115,6 +136,14 @@ class WhenNotMatchedInsert:
 
     condition: Predicate | str | None = None
     values: Mapping[str, str] | None = None
+
+
+def require_advance(
+    table: str, app_transaction: AppTransaction | None, current: int | None
+) -> None:
+    """Refuse (StaleWriteError) a write whose app transaction does not advance `current`."""
+    if app_transaction is not None and current is not None and current >= app_transaction.version:
+        raise StaleWriteError(table, app_transaction.app_id, app_transaction.version, current)
 
 
 MergeClause = WhenMatchedUpdate | WhenMatchedDelete | WhenNotMatchedInsert
@@ -253,6 +282,11 @@ class DeltaEngine(ABC):
 
     @abstractmethod
     def app_transaction_version(self, table: str, app_id: str) -> int | None: ...
+
+    def app_transaction_versions(self, table: str, app_ids: Sequence[str]) -> dict[str, int]:
+        """Versions of several app ids (those the table records)."""
+        versions = {app_id: self.app_transaction_version(table, app_id) for app_id in app_ids}
+        return {app_id: v for app_id, v in versions.items() if v is not None}
 
     @abstractmethod
     def vacuum(self, table: str, *, retention_hours: float, dry_run: bool) -> list[str]: ...

@@ -106,6 +106,16 @@ class And(Predicate):
         return " AND ".join(f"({p.render(dialect)})" for p in self.parts)
 
 
+@dataclass(frozen=True)
+class Or(Predicate):
+    parts: tuple[Predicate, ...]
+
+    def render(self, dialect: Dialect) -> str:
+        if not self.parts:
+            return "FALSE"
+        return " OR ".join(f"({p.render(dialect)})" for p in self.parts)
+
+
 def eq(column: str, value: Value) -> Predicate:
     return Compare(column, "=", value)
 
@@ -117,6 +127,15 @@ def is_in(column: str, values: Iterable[Value]) -> Predicate:
 def between(column: str, low: Value, high: Value) -> Predicate:
     """Inclusive range `low <= column <= high`."""
     return And((Compare(column, ">=", low), Compare(column, "<=", high)))
+
+
+def half_open(column: str, low: Value, high: Value) -> Predicate:
+    """Range `low <= column < high`: adjacent ranges never share a row."""
+    return And((Compare(column, ">=", low), Compare(column, "<", high)))
+
+
+def any_of(predicates: Iterable[Predicate]) -> Predicate:
+    return Or(tuple(predicates))
 
 
 def render(condition: Predicate | str | None, dialect: Dialect) -> str | None:

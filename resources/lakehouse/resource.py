@@ -91,6 +91,10 @@ class Lakehouse(dg.ConfigurableResource):
     def app_transaction_version(self, table: str, app_id: str) -> int | None:
         return self._delta().app_transaction_version(self.uri(table), app_id)
 
+    def app_transaction_versions(self, table: str, app_ids: Sequence[str]) -> dict[str, int]:
+        """The versions `table` records for these app ids (ids it never saw are left out)."""
+        return self._delta().app_transaction_versions(self.uri(table), app_ids)
+
     # -- writes -------------------------------------------------------------------------
 
     def append(

@@ -17,6 +17,7 @@ from support import DELTA_JARS
 from resources import Lakehouse
 from resources.lakehouse import (
     AppTransaction,
+    StaleWriteError,
     VersionUnavailableError,
     WhenMatchedDelete,
     WhenMatchedUpdate,
@@ -158,6 +159,45 @@ def test_app_transaction_version_commits_with_the_data(lake):
     )
     assert lake.app_transaction_version("t", "loader") == 7
     assert lake.app_transaction_version("t", "other") == 1
+    assert lake.app_transaction_versions("t", ["loader", "other", "never"]) == {
+        "loader": 7,
+        "other": 1,
+    }
+
+
+def test_a_stale_writer_is_refused_and_writes_nothing(lake):
+    """Two writers read sequence 3; the first commits 4. The second, still carrying 4
+    (its view predates that commit), must fail rather than clobber the first's rows."""
+    lake.append(
+        "t", devices([("a", 1, "v3")]), metadata=META, app_transaction=AppTransaction("s", 3)
+    )
+    lake.overwrite(
+        "t",
+        devices([("a", 1, "fresh")]),
+        where=eq("device", "a"),
+        metadata=META,
+        app_transaction=AppTransaction("s", 4),
+    )
+    version = lake.version("t")
+    with pytest.raises(StaleWriteError, match="'s' is already at version 4"):
+        lake.overwrite(
+            "t",
+            devices([("a", 1, "stale")]),
+            where=eq("device", "a"),
+            metadata=META,
+            app_transaction=AppTransaction("s", 4),
+        )
+    with pytest.raises(StaleWriteError):
+        lake.merge(
+            "t",
+            devices([("a", 1, "stale")]),
+            on="t.device = s.device",
+            clauses=[WhenMatchedUpdate()],
+            metadata=META,
+            app_transaction=AppTransaction("s", 2),
+        )
+    assert lake.version("t") == version
+    assert rows(lake, "t") == [("a", 1, "fresh")]
 
 
 def test_vacuum_removes_replaced_files_and_restore_then_refuses(lake):
