@@ -14,7 +14,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets import maintenance, overwriting, updates
+from assets import maintenance, overwriting, telemetry, updates
 from resources import Lakehouse, LandingZone, SparkResource
 from sensors import sensors
 
@@ -46,13 +46,14 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
             spark=spark,
         ),
         "landing": LandingZone(root=_location(env.get("LANDING_ROOT", ".data/landing"))),
+        "telemetry": telemetry.TelemetrySettings(),
     }
 
 
 def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
     return dg.Definitions(
-        assets=[*overwriting.assets, *updates.assets],
-        jobs=[*overwriting.jobs, *maintenance.jobs],
+        assets=[*overwriting.assets, *updates.assets, *telemetry.assets],
+        jobs=[*overwriting.jobs, *maintenance.jobs, *telemetry.jobs],
         sensors=sensors,
         resources=build_resources(env),
         # One process per run: every step shares the run's one Spark session (the default

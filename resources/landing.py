@@ -89,6 +89,11 @@ class LandingZone(dg.ConfigurableResource):
     def exists(self, path: str) -> bool:
         return self._abs(path).is_file()
 
+    def head(self, path: str, size: int = 4096) -> bytes:
+        """The file's first `size` bytes (for rules that read a header line)."""
+        with self._abs(path).open("rb") as f:
+            return f.read(size)
+
     def read(self, path: str) -> LandedFile:
         full = self._abs(path)
         content = full.read_bytes()

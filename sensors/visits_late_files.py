@@ -7,7 +7,6 @@ really changed get a run; run keys carry that digest, so a re-notified file can 
 launch the same work twice.
 """
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ from assets.overwriting import visits_daily_job, visits_weekly_job
 from assets.overwriting.calendar import day_of_file, week_start
 from resources import LandingZone
 from resources.landing import Fingerprint, sources_digest
+from sensors.fingerprints import dump_fingerprints, load_fingerprints
 
 VISITS_DAILY = dg.AssetKey("visits_daily")
 VISITS_WEEKLY = dg.AssetKey("visits_weekly")
@@ -34,19 +34,6 @@ class DirtyPartition:
     @property
     def run_key(self) -> str:
         return f"{self.asset_key.to_user_string()}:{self.partition_key}:{self.digest[:20]}"
-
-
-def load_cursor(cursor: str | None) -> dict[str, Fingerprint]:
-    if not cursor:
-        return {}
-    return {path: Fingerprint(path, *values) for path, values in json.loads(cursor).items()}
-
-
-def dump_cursor(fingerprints: Mapping[str, Fingerprint]) -> str:
-    return json.dumps(
-        {p: [f.size, f.mtime_ns, f.sha256] for p, f in sorted(fingerprints.items())},
-        separators=(",", ":"),
-    )
 
 
 def changed_paths(
@@ -125,7 +112,7 @@ def latest_recorded_digest(
 def visits_late_files(context: dg.SensorEvaluationContext, landing: LandingZone) -> dg.SensorResult:
     """Re-materializes only the days and weeks whose landed visits files changed after
     they were materialized (new, rewritten or removed files)."""
-    previous = load_cursor(context.cursor)
+    previous, _ = load_fingerprints(context.cursor)
     current = {
         stat.path: landing.fingerprint(stat, previous)
         for stat in landing.list("visits", suffix=".jsonl")
@@ -148,5 +135,5 @@ def visits_late_files(context: dg.SensorEvaluationContext, landing: LandingZone)
             )
             for partition in dirty
         ],
-        cursor=dump_cursor(current),
+        cursor=dump_fingerprints(current),
     )

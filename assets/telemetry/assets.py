@@ -1,0 +1,191 @@
+"""The telemetry assets, one partition per subject (dynamic partitions `subjects`).
+
+A materialization of a subject does all of that subject's pending work, whoever starts
+it: the sensor, a backfill, or a click in the UI.
+"""
+
+import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import dagster as dg
+
+from assets.materialization import commit_metadata, materialization_metadata
+from assets.telemetry import control
+from assets.telemetry.derive import Reconciled, reconcile_hourly, reconcile_totals
+from assets.telemetry.ingest import SubjectIngest, metadata_lists
+from assets.telemetry.settings import TelemetrySettings
+from assets.telemetry.subjects import SUBJECT_TAG, subjects
+from resources import Lakehouse, LandingZone
+from resources.lakehouse import StaleWriteError
+
+GROUP = "telemetry"
+STALE_RETRIES = 2
+
+
+@contextmanager
+def redo_if_stale(context: dg.AssetExecutionContext) -> Iterator[None]:
+    """A step that lost the race for its subject (another run committed first) is redone
+    from the state the winner left; any other error fails the step as it is."""
+    try:
+        yield
+    except StaleWriteError as error:
+        context.log.warning(f"{error}; redoing the step")
+        raise dg.RetryRequested(max_retries=STALE_RETRIES, seconds_to_wait=2) from error
+
+
+def _metadata(context: dg.AssetExecutionContext):
+    def build(**facts):
+        return commit_metadata(context, partition_key=context.partition_key, **facts)
+
+    return build
+
+
+@dg.asset(
+    partitions_def=subjects,
+    group_name=GROUP,
+    kinds={"delta"},
+    check_specs=[
+        dg.AssetCheckSpec("no_failed_files", asset="telemetry_raw"),
+        dg.AssetCheckSpec("no_quarantined_files", asset="telemetry_raw"),
+    ],
+)
+def telemetry_raw(
+    context: dg.AssetExecutionContext,
+    lakehouse: Lakehouse,
+    landing: LandingZone,
+    telemetry: TelemetrySettings,
+) -> dg.MaterializeResult:
+    """Every ingested row of a tool's report files (`telemetry/<subject>/*.csv`), with its
+    source file and line. New files are ingested whole, appended files from just before
+    their previous end, rewritten files replace their rows; broken files are retried
+    and then marked failed, files far behind the subject's newest data are quarantined.
+    Control tables: telemetry_file_state, telemetry_ingest_events, telemetry_quarantine,
+    telemetry_blacklist."""
+    subject = context.partition_key
+    with redo_if_stale(context):
+        report = SubjectIngest(
+            lakehouse=lakehouse,
+            landing=landing,
+            settings=telemetry,
+            subject_key=subject,
+            run_id=context.run_id,
+            commit_metadata=_metadata(context),
+            now=dt.datetime.now(dt.UTC),
+        ).run()
+    open_quarantine = control.open_quarantine(control.quarantine_entries(lakehouse, subject))
+    states = control.file_states(lakehouse, subject)
+    failed = sorted(f"{s.source}: {s.last_error}" for s in states.values() if s.status == "failed")
+    return dg.MaterializeResult(
+        metadata={
+            "table_name": control.RAW,
+            "table_uri": dg.MetadataValue.path(lakehouse.uri(control.RAW)),
+            "delta_version": dg.MetadataValue.int(
+                report.raw_version
+                if report.raw_version is not None
+                else lakehouse.version(control.RAW) or 0
+            ),
+            "partition": subject,
+            "files_applied": dg.MetadataValue.int(len(report.applied)),
+            "changes": dg.MetadataValue.json(report.kinds),
+            "rows_written": dg.MetadataValue.int(report.rows_written),
+            "files_unchanged": dg.MetadataValue.int(report.unchanged),
+            "blacklisted_rows_removed": dg.MetadataValue.int(sum(report.removed.values())),
+            **{
+                name: dg.MetadataValue.json(value) for name, value in metadata_lists(report).items()
+            },
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="no_failed_files",
+                passed=not failed,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={"failed_files": dg.MetadataValue.json(failed)},
+            ),
+            dg.AssetCheckResult(
+                check_name="no_quarantined_files",
+                passed=not open_quarantine,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={
+                    "quarantined_files": dg.MetadataValue.json(
+                        [f"{q.source}: {q.reason}" for q in open_quarantine]
+                    )
+                },
+            ),
+        ],
+    )
+
+
+def _derived_result(
+    lakehouse: Lakehouse, table: str, result: Reconciled, subject: str
+) -> dg.MaterializeResult:
+    extra = {
+        "regime": result.regime,
+        "raw_version_reflected": dg.MetadataValue.int(result.raw_version or 0),
+        "rows_recomputed": dg.MetadataValue.int(result.rows_recomputed),
+        "rows_replaced": dg.MetadataValue.int(result.rows_replaced),
+        "frontier": result.frontier.isoformat() if result.frontier else "",
+        "hours_recomputed": dg.MetadataValue.int(result.hours_recomputed),
+    }
+    if result.note:
+        extra["note"] = result.note
+    if result.commit is None:
+        return dg.MaterializeResult(metadata={"table_name": table, "partition": subject, **extra})
+    return dg.MaterializeResult(
+        metadata=materialization_metadata(
+            lakehouse, result.commit, partition_key=subject, extra=extra
+        )
+    )
+
+
+@dg.asset(
+    partitions_def=subjects,
+    group_name=GROUP,
+    kinds={"delta"},
+    deps=[telemetry_raw],
+)
+def telemetry_running_totals(
+    context: dg.AssetExecutionContext, lakehouse: Lakehouse
+) -> dg.MaterializeResult:
+    """Cumulative in-spec, out-of-spec and mispick counts of each raw row since the start
+    of the subject's history (ordered by ts, source, line). Data after everything stored
+    is seeded from the last totals; late data is repaired from its earliest point on;
+    the rest is never recomputed. Records the raw version it reflects."""
+    with redo_if_stale(context):
+        result = reconcile_totals(
+            lakehouse, context.partition_key, _metadata(context), context.log.warning
+        )
+    return _derived_result(lakehouse, control.TOTALS, result, context.partition_key)
+
+
+@dg.asset(
+    partitions_def=subjects,
+    group_name=GROUP,
+    kinds={"delta"},
+    deps=[telemetry_raw],
+)
+def telemetry_hourly(
+    context: dg.AssetExecutionContext, lakehouse: Lakehouse
+) -> dg.MaterializeResult:
+    """Per subject and UTC hour: summed counts and rows. Only hours touched by changed
+    files are recomputed."""
+    with redo_if_stale(context):
+        result = reconcile_hourly(
+            lakehouse, context.partition_key, _metadata(context), context.log.warning
+        )
+    return _derived_result(lakehouse, control.HOURLY, result, context.partition_key)
+
+
+telemetry_job = dg.define_asset_job(
+    "telemetry_subject",
+    selection=[telemetry_raw, telemetry_running_totals, telemetry_hourly],
+    partitions_def=subjects,
+    description="All pending work of one subject: ingest, running totals, hourly rollups.",
+    # Launched from the launchpad too, a run carries its subject tag, so the instance's
+    # one-run-per-subject limit (platform/dagster.yaml) holds for it as for sensor runs.
+    config=dg.PartitionedConfig(
+        partitions_def=subjects,
+        run_config_for_partition_key_fn=lambda key: {},
+        tags_for_partition_key_fn=lambda key: {SUBJECT_TAG: key},
+    ),
+)

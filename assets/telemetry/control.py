@@ -1,0 +1,294 @@
+"""The telemetry tables and control tables in Delta, and the records they hold.
+
+Data: `telemetry_raw` (rows of every file, with source and line), `telemetry_running_totals`,
+`telemetry_hourly`. Control: `telemetry_file_state` (one row per file: identity, what of it
+was ingested, status), `telemetry_ingest_events` (append-only log of every decision),
+`telemetry_blacklist` and `telemetry_quarantine` (operator-facing). Sensors read the control
+tables with delta-rs; nothing here starts Spark.
+"""
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from assets.telemetry.reconcile import DirtySpan
+from resources import Lakehouse
+from resources.lakehouse import AppTransaction, WhenMatchedUpdate, WhenNotMatchedInsert
+from resources.lakehouse.predicates import eq, is_in
+
+RAW = "telemetry_raw"
+TOTALS = "telemetry_running_totals"
+HOURLY = "telemetry_hourly"
+FILE_STATE = "telemetry_file_state"
+EVENTS = "telemetry_ingest_events"
+BLACKLIST = "telemetry_blacklist"
+QUARANTINE = "telemetry_quarantine"
+
+UTC_TS = pa.timestamp("us", tz="UTC")
+
+
+def _schema(*columns: tuple[str, pa.DataType, bool]) -> pa.Schema:
+    return pa.schema([pa.field(name, kind, nullable=nullable) for name, kind, nullable in columns])
+
+
+RAW_SCHEMA = _schema(
+    ("subject_key", pa.string(), False),
+    ("ts", UTC_TS, False),
+    ("source", pa.string(), False),
+    ("line", pa.int64(), False),
+    ("in_spec", pa.int64(), False),
+    ("out_of_spec", pa.int64(), False),
+    ("mispicks", pa.int64(), False),
+)
+TOTALS_SCHEMA = _schema(
+    ("subject_key", pa.string(), False),
+    ("ts", UTC_TS, False),
+    ("source", pa.string(), False),
+    ("line", pa.int64(), False),
+    ("cum_in_spec", pa.int64(), False),
+    ("cum_out_of_spec", pa.int64(), False),
+    ("cum_mispicks", pa.int64(), False),
+)
+HOURLY_SCHEMA = _schema(
+    ("subject_key", pa.string(), False),
+    ("hour", UTC_TS, False),
+    ("in_spec", pa.int64(), False),
+    ("out_of_spec", pa.int64(), False),
+    ("mispicks", pa.int64(), False),
+    ("rows", pa.int64(), False),
+)
+
+Status = Literal["ingested", "waiting", "retrying", "failed", "quarantined", "blacklisted"]
+
+
+@dataclass(frozen=True)
+class FileState:
+    """What the platform knows of one landed report file."""
+
+    source: str
+    subject_key: str
+    content_hash: str
+    """SHA-256 of the whole file as last seen: equal hash, nothing to do."""
+    size: int
+    mtime_ns: int
+    """Size and mtime unchanged: the file is not even read again."""
+    ingested_bytes: int
+    """The file's first `ingested_bytes` (complete lines) are in the raw table..."""
+    ingested_hash: str | None
+    """...and hash to this; a grown file starting with them is an append."""
+    logical_start: dt.datetime | None
+    logical_end: dt.datetime | None
+    rows: int
+    process_count: int
+    status: Status
+    attempts: int
+    last_error: str | None
+    next_attempt_at: dt.datetime | None
+    last_seen: dt.datetime
+    raw_version: int | None
+    dirty_start: dt.datetime | None
+    dirty_end: dt.datetime | None
+    reingest_requested: bool = False
+
+    @property
+    def dirty_span(self) -> DirtySpan | None:
+        if self.raw_version is None or self.dirty_start is None or self.dirty_end is None:
+            return None
+        return DirtySpan(self.dirty_start, self.dirty_end, self.raw_version)
+
+    def with_span(self, span: DirtySpan) -> "FileState":
+        return replace(
+            self, dirty_start=span.start, dirty_end=span.end, raw_version=span.raw_version
+        )
+
+
+FILE_STATE_SCHEMA = _schema(
+    ("source", pa.string(), False),
+    ("subject_key", pa.string(), False),
+    ("content_hash", pa.string(), False),
+    ("size", pa.int64(), False),
+    ("mtime_ns", pa.int64(), False),
+    ("ingested_bytes", pa.int64(), False),
+    ("ingested_hash", pa.string(), True),
+    ("logical_start", UTC_TS, True),
+    ("logical_end", UTC_TS, True),
+    ("rows", pa.int64(), False),
+    ("process_count", pa.int64(), False),
+    ("status", pa.string(), False),
+    ("attempts", pa.int64(), False),
+    ("last_error", pa.string(), True),
+    ("next_attempt_at", UTC_TS, True),
+    ("last_seen", UTC_TS, False),
+    ("raw_version", pa.int64(), True),
+    ("dirty_start", UTC_TS, True),
+    ("dirty_end", UTC_TS, True),
+    ("reingest_requested", pa.bool_(), False),
+)
+
+EVENTS_SCHEMA = _schema(
+    ("event_time", UTC_TS, False),
+    ("dagster_run_id", pa.string(), False),
+    ("subject_key", pa.string(), False),
+    ("source", pa.string(), False),
+    ("action", pa.string(), False),
+    ("content_hash", pa.string(), True),
+    ("rows_written", pa.int64(), False),
+    ("raw_version", pa.int64(), True),
+    ("detail", pa.string(), True),
+)
+BLACKLIST_SCHEMA = _schema(
+    ("source", pa.string(), False),
+    ("subject_key", pa.string(), False),
+    ("reason", pa.string(), False),
+    ("requested_at", UTC_TS, False),
+    ("dagster_run_id", pa.string(), False),
+)
+QUARANTINE_SCHEMA = _schema(
+    ("source", pa.string(), False),
+    ("subject_key", pa.string(), False),
+    ("content_hash", pa.string(), False),
+    ("reason", pa.string(), False),
+    ("data_end", UTC_TS, False),
+    ("subject_newest", UTC_TS, False),
+    ("quarantined_at", UTC_TS, False),
+    ("released_at", UTC_TS, True),
+    ("released_by_run", pa.string(), True),
+)
+
+SCHEMAS: Mapping[str, pa.Schema] = {
+    RAW: RAW_SCHEMA,
+    TOTALS: TOTALS_SCHEMA,
+    HOURLY: HOURLY_SCHEMA,
+    FILE_STATE: FILE_STATE_SCHEMA,
+    EVENTS: EVENTS_SCHEMA,
+    BLACKLIST: BLACKLIST_SCHEMA,
+    QUARANTINE: QUARANTINE_SCHEMA,
+}
+
+
+@dataclass(frozen=True)
+class Event:
+    event_time: dt.datetime
+    dagster_run_id: str
+    subject_key: str
+    source: str
+    action: str
+    content_hash: str | None = None
+    rows_written: int = 0
+    raw_version: int | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    source: str
+    subject_key: str
+    content_hash: str
+    reason: str
+    data_end: dt.datetime
+    subject_newest: dt.datetime
+    quarantined_at: dt.datetime
+    released_at: dt.datetime | None = None
+    released_by_run: str | None = None
+
+
+def ensure_table(lakehouse: Lakehouse, table: str, metadata: Mapping[str, Any]) -> None:
+    """Create `table` empty with its schema if it does not exist yet (concurrent creators
+    are safe: appending nothing to a table someone else created changes nothing)."""
+    if not lakehouse.exists(table):
+        lakehouse.append(table, SCHEMAS[table].empty_table(), metadata=metadata)
+
+
+def read_records(lakehouse: Lakehouse, table: str, subject_key: str | None) -> list[dict]:
+    if not lakehouse.exists(table):
+        return []
+    where = eq("subject_key", subject_key) if subject_key is not None else None
+    return lakehouse.read_arrow(table, where=where).to_pylist()
+
+
+def file_states(lakehouse: Lakehouse, subject_key: str | None = None) -> dict[str, FileState]:
+    """File states by source, of one subject or of all."""
+    return {r["source"]: FileState(**r) for r in read_records(lakehouse, FILE_STATE, subject_key)}
+
+
+def file_states_of_sources(lakehouse: Lakehouse, sources: Sequence[str]) -> dict[str, FileState]:
+    rows = lakehouse.read_arrow(FILE_STATE, where=is_in("source", sources)).to_pylist()
+    return {r["source"]: FileState(**r) for r in rows}
+
+
+def blacklisted(lakehouse: Lakehouse, subject_key: str | None = None) -> dict[str, str]:
+    """Blacklisted sources -> reason."""
+    return {r["source"]: r["reason"] for r in read_records(lakehouse, BLACKLIST, subject_key)}
+
+
+def quarantine_entries(lakehouse: Lakehouse, subject_key: str | None = None) -> list[Quarantined]:
+    return [Quarantined(**r) for r in read_records(lakehouse, QUARANTINE, subject_key)]
+
+
+def released(entries: Iterable[Quarantined]) -> set[tuple[str, str]]:
+    """(source, content hash) pairs an operator released."""
+    return {(q.source, q.content_hash) for q in entries if q.released_at is not None}
+
+
+def open_quarantine(entries: Iterable[Quarantined]) -> list[Quarantined]:
+    return [q for q in entries if q.released_at is None]
+
+
+def _table_of(records: Sequence[Any], schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_pylist([asdict(r) for r in records], schema=schema)
+
+
+def save_file_states(
+    lakehouse: Lakehouse,
+    states: Sequence[FileState],
+    *,
+    handled_reingests: set[str],
+    metadata: Mapping[str, Any],
+    app_transaction: AppTransaction | None,
+) -> None:
+    """Upsert file states in one commit. A re-ingest flag an operator set meanwhile
+    survives unless this write handled it."""
+    if not states:
+        return
+    source = _table_of(states, FILE_STATE_SCHEMA).append_column(
+        "reingest_handled", pa.array([s.source in handled_reingests for s in states])
+    )
+    columns = {name: f"s.{name}" for name in FILE_STATE_SCHEMA.names}
+    lakehouse.merge(
+        FILE_STATE,
+        source,
+        on="t.source = s.source",
+        clauses=[
+            WhenMatchedUpdate(
+                set={
+                    **columns,
+                    "reingest_requested": "t.reingest_requested AND NOT s.reingest_handled",
+                }
+            ),
+            WhenNotMatchedInsert(values=columns),
+        ],
+        metadata=metadata,
+        app_transaction=app_transaction,
+    )
+
+
+def log_events(lakehouse: Lakehouse, events: Sequence[Event], metadata: Mapping[str, Any]) -> None:
+    if events:
+        lakehouse.append(EVENTS, _table_of(events, EVENTS_SCHEMA), metadata=metadata)
+
+
+def add_quarantine(
+    lakehouse: Lakehouse, entries: Sequence[Quarantined], metadata: Mapping[str, Any]
+) -> None:
+    """Record quarantined (source, content) pairs; one already recorded stays as it is."""
+    if entries:
+        lakehouse.merge(
+            QUARANTINE,
+            _table_of(entries, QUARANTINE_SCHEMA),
+            on="t.source = s.source AND t.content_hash = s.content_hash",
+            clauses=[WhenNotMatchedInsert()],
+            metadata=metadata,
+        )

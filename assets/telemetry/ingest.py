@@ -1,0 +1,496 @@
+"""Ingesting one subject's pending file changes into `telemetry_raw`.
+
+Per file, in one pass over the subject's landed files:
+- size and mtime as recorded: not read at all; same content hash: nothing to do;
+- new file: all complete lines; append (the ingested bytes are a prefix of the file):
+  the tail, from `back_correction_window` before the previous end; anything else is a
+  rewrite and replaces all of the file's rows; a half-written last line waits;
+- a parse failure writes nothing of the file (its earlier rows stay) and is retried
+  with backoff, then marked failed; other files go on;
+- data ending more than the lateness horizon before the subject's newest data is
+  quarantined until an operator releases it; blacklisted files lose their rows.
+
+Each applied change is one Delta commit that replaces the file's rows from the first
+changed line and carries, in its commit metadata, the subject, source, content hash
+and the span it made dirty. Every write of the run advances the subject's app
+transaction on its table, so a concurrent, stale run for the same subject is refused
+instead of overwriting newer rows.
+"""
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+
+from assets.source_files import Problem
+from assets.telemetry import control
+from assets.telemetry.control import Event, FileState, Quarantined
+from assets.telemetry.reconcile import coalesce_span
+from assets.telemetry.report_files import (
+    FileChange,
+    ReportFileError,
+    ReportRows,
+    parse_report,
+    plan_change,
+    sha256,
+)
+from assets.telemetry.settings import LANDING_PREFIX, REPORT_SUFFIX, TelemetrySettings
+from assets.telemetry.subjects import app_id, subject_of
+from resources import Lakehouse, LandingZone
+from resources.lakehouse import AppTransaction
+from resources.lakehouse.predicates import Compare, eq
+from resources.landing import FileStat
+
+
+class SubjectPathError(ValueError):
+    """A subject key that cannot name a folder of the landing zone."""
+
+
+def subject_files(
+    landing: LandingZone, settings: TelemetrySettings, subject_key: str
+) -> list[FileStat]:
+    """The landed report files of one subject."""
+    if settings.subject_rule == "folder":
+        if subject_key in (".", "..") or "/" in subject_key or "\\" in subject_key:
+            raise SubjectPathError(
+                f"subject key {subject_key!r} cannot be a folder under {LANDING_PREFIX}/"
+            )
+        return landing.list(f"{LANDING_PREFIX}/{subject_key}", suffix=REPORT_SUFFIX)
+    return [
+        stat
+        for stat in landing.list(LANDING_PREFIX, suffix=REPORT_SUFFIX)
+        if subject_of(stat.path, settings, lambda p=stat.path: landing.head(p)) == subject_key
+    ]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A file change parsed and ready to apply (or to quarantine)."""
+
+    state: FileState | None
+    stat: FileStat
+    content: bytes
+    content_hash: str
+    change: FileChange
+    rows: ReportRows
+    reingest: bool
+
+
+@dataclass
+class IngestReport:
+    applied: dict[str, int] = field(default_factory=dict)
+    """source -> rows written."""
+    kinds: dict[str, str] = field(default_factory=dict)
+    failed: list[Problem] = field(default_factory=list)
+    retrying: list[Problem] = field(default_factory=list)
+    quarantined: list[Quarantined] = field(default_factory=list)
+    removed: dict[str, int] = field(default_factory=dict)
+    """Blacklisted source -> rows removed."""
+    unchanged: int = 0
+    raw_version: int | None = None
+
+    @property
+    def rows_written(self) -> int:
+        return sum(self.applied.values())
+
+
+class SubjectIngest:
+    """One run's ingest of one subject. `commit_metadata(**facts)` builds the Delta commit
+    metadata of a write (run id, asset, partition + facts)."""
+
+    def __init__(
+        self,
+        *,
+        lakehouse: Lakehouse,
+        landing: LandingZone,
+        settings: TelemetrySettings,
+        subject_key: str,
+        run_id: str,
+        commit_metadata: Callable[..., dict[str, Any]],
+        now: dt.datetime,
+    ) -> None:
+        self.lakehouse = lakehouse
+        self.landing = landing
+        self.settings = settings
+        self.subject = subject_key
+        self.run_id = run_id
+        self.meta = commit_metadata
+        self.now = now
+        self.report = IngestReport()
+        self.states: dict[str, FileState] = {}
+        self.updated: dict[str, FileState] = {}
+        self.events: list[Event] = []
+        self.handled_reingests: set[str] = set()
+        self.app_id = app_id(subject_key)
+
+    # -- the run ------------------------------------------------------------------------
+
+    def run(self) -> IngestReport:
+        for table in (control.RAW, control.FILE_STATE, control.EVENTS, control.QUARANTINE):
+            control.ensure_table(self.lakehouse, table, self.meta())
+        self.states = control.file_states(self.lakehouse, self.subject)
+        quarantine = control.quarantine_entries(self.lakehouse, self.subject)
+        released = control.released(quarantine)
+        derived = self.lakehouse.app_transaction_versions
+        reflected = [
+            derived(table, [self.app_id]).get(self.app_id)
+            for table in (control.TOTALS, control.HOURLY)
+        ]
+        self.reconciled = None if None in reflected else min(reflected)  # type: ignore[type-var]
+        self.raw_sequence = self.lakehouse.app_transaction_version(control.RAW, self.app_id) or 0
+        state_sequence = self.lakehouse.app_transaction_version(control.FILE_STATE, self.app_id)
+
+        blacklist = control.blacklisted(self.lakehouse, self.subject)
+        for source, reason in sorted(blacklist.items()):
+            self._remove_blacklisted(source, reason)
+        candidates = []
+        for stat in subject_files(self.landing, self.settings, self.subject):
+            if stat.path not in blacklist:
+                candidate = self._candidate(stat, released)
+                if candidate is not None:
+                    candidates.append(candidate)
+        newest = self._newest(candidates)
+        for candidate in candidates:
+            data_end = candidate.rows.end
+            key = (candidate.stat.path, candidate.content_hash)
+            too_late = (
+                newest is not None
+                and data_end is not None
+                and newest - data_end > self.settings.lateness_horizon
+            )
+            if too_late and key not in released:
+                self._quarantine(candidate, newest)
+            else:
+                self._apply(candidate)
+
+        control.save_file_states(
+            self.lakehouse,
+            list(self.updated.values()),
+            handled_reingests=self.handled_reingests,
+            metadata=self.meta(files=len(self.updated)),
+            app_transaction=AppTransaction(self.app_id, (state_sequence or 0) + 1),
+        )
+        control.add_quarantine(self.lakehouse, self.report.quarantined, self.meta())
+        control.log_events(self.lakehouse, self.events, self.meta())
+        return self.report
+
+    # -- deciding -----------------------------------------------------------------------
+
+    def _candidate(self, stat: FileStat, released: set[tuple[str, str]]) -> Candidate | None:
+        state = self.states.get(stat.path)
+        due = (
+            state is not None
+            and state.status == "retrying"
+            and (state.next_attempt_at is None or state.next_attempt_at <= self.now)
+        )
+        reingest = state is not None and state.reingest_requested
+        if (
+            state is not None
+            and state.size == stat.size
+            and state.mtime_ns == stat.mtime_ns
+            and not (due or reingest or state.status == "quarantined")
+        ):
+            self.report.unchanged += 1
+            return None
+        landed = self.landing.read(stat.path)
+        content, content_hash = landed.content, landed.fingerprint.sha256
+        stat = FileStat(stat.path, landed.fingerprint.size, landed.fingerprint.mtime_ns)
+        # An operator released exactly this content from quarantine: apply it now.
+        release = (
+            state is not None
+            and state.status == "quarantined"
+            and ((stat.path, content_hash) in released)
+        )
+        if (
+            state is not None
+            and state.content_hash == content_hash
+            and not (due or reingest or release)
+        ):
+            if (state.size, state.mtime_ns) != (stat.size, stat.mtime_ns):
+                self._save(replace(state, mtime_ns=stat.mtime_ns, last_seen=self.now))
+            self.report.unchanged += 1
+            return None
+        if not content:
+            self._fail(
+                state, stat, content_hash, [Problem(stat.path, None, "empty file: no header line")]
+            )
+            return None
+        change = plan_change(
+            source=stat.path,
+            content=content,
+            ingested_bytes=state.ingested_bytes if state and not reingest else 0,
+            ingested_hash=state.ingested_hash if state and not reingest else None,
+            logical_end=state.logical_end if state else None,
+            window=self.settings.back_correction_window,
+            force_rewrite=reingest,
+        )
+        if change is None:  # only a half-written line so far
+            self._save(
+                self._seen(
+                    state, stat, content_hash, status="waiting" if state is None else state.status
+                )
+            )
+            return None
+        try:
+            rows = parse_report(
+                stat.path,
+                content[change.from_byte : change.end_byte],
+                first_line=change.from_line,
+                expect_header=change.expect_header,
+            )
+        except ReportFileError as error:
+            self._fail(state, stat, content_hash, error.problems)
+            return None
+        return Candidate(state, stat, content, content_hash, change, rows, reingest)
+
+    def _newest(self, candidates: list[Candidate]) -> dt.datetime | None:
+        """The subject's newest data: over ingested files and this run's changes, so the
+        order files are handled in within a run never changes what is quarantined."""
+        ends = [
+            s.logical_end
+            for s in self.states.values()
+            if s.status == "ingested" and s.logical_end is not None
+        ]
+        ends += [c.rows.end for c in candidates if c.rows.end is not None]
+        return max(ends) if ends else None
+
+    # -- acting -------------------------------------------------------------------------
+
+    def _next_raw_transaction(self) -> AppTransaction:
+        self.raw_sequence += 1
+        return AppTransaction(self.app_id, self.raw_sequence)
+
+    def _replace_rows(self, source: str, from_line: int, rows: pa.Table, **facts: Any) -> int:
+        where = (
+            eq("subject_key", self.subject)
+            & eq("source", source)
+            & Compare("line", ">=", from_line)
+        )
+        result = self.lakehouse.overwrite(
+            control.RAW,
+            rows,
+            where=where,
+            metadata=self.meta(subject_key=self.subject, source=source, **facts),
+            app_transaction=self._next_raw_transaction(),
+        )
+        self.report.raw_version = result.version
+        return result.version
+
+    def _apply(self, c: Candidate) -> None:
+        old = c.state
+        new_rows = c.rows
+        if c.change.kind == "append" and old is not None:
+            old_lines = c.content.count(b"\n", 0, old.ingested_bytes)
+            replaced = sum(1 for line in new_rows.line if line <= old_lines)
+            row_count = old.rows - replaced + len(new_rows)
+            starts = [t for t in (old.logical_start, new_rows.start) if t is not None]
+            ends = [t for t in (old.logical_end, new_rows.end) if t is not None]
+        else:
+            row_count = len(new_rows)
+            starts = [t for t in (new_rows.start,) if t is not None]
+            ends = [t for t in (new_rows.end,) if t is not None]
+        # The rows replaced or added; a rewrite also removes the old rows' whole span.
+        span_points = [t for t in (new_rows.start, new_rows.end) if t is not None]
+        if c.change.kind == "rewrite" and old is not None:
+            span_points += [t for t in (old.logical_start, old.logical_end) if t is not None]
+        dirty = (min(span_points), max(span_points)) if span_points else None
+        version = self._replace_rows(
+            c.stat.path,
+            c.change.from_line,
+            new_rows.to_arrow(self.subject, control.RAW_SCHEMA),
+            content_hash=c.content_hash,
+            change=c.change.kind,
+            first_changed_line=c.change.from_line,
+            dirty_start=dirty[0].isoformat() if dirty else None,
+            dirty_end=dirty[1].isoformat() if dirty else None,
+        )
+        state = FileState(
+            source=c.stat.path,
+            subject_key=self.subject,
+            content_hash=c.content_hash,
+            size=c.stat.size,
+            mtime_ns=c.stat.mtime_ns,
+            ingested_bytes=c.change.end_byte,
+            ingested_hash=sha256(c.content[: c.change.end_byte]),
+            logical_start=min(starts) if starts else None,
+            logical_end=max(ends) if ends else None,
+            rows=row_count,
+            process_count=(old.process_count if old else 0) + 1,
+            status="ingested",
+            attempts=0,
+            last_error=None,
+            next_attempt_at=None,
+            last_seen=self.now,
+            raw_version=old.raw_version if old else None,
+            dirty_start=old.dirty_start if old else None,
+            dirty_end=old.dirty_end if old else None,
+        )
+        if dirty:
+            span = coalesce_span(
+                old.dirty_span if old else None, *dirty, version, reconciled_version=self.reconciled
+            )
+            state = state.with_span(span)
+        self._save(state)
+        if c.reingest:
+            self.handled_reingests.add(c.stat.path)
+        self.report.applied[c.stat.path] = len(new_rows)
+        self.report.kinds[c.stat.path] = "reingest" if c.reingest else c.change.kind
+        self._event(
+            c.stat.path,
+            "reingest" if c.reingest else c.change.kind,
+            c.content_hash,
+            rows_written=len(new_rows),
+            raw_version=version,
+            detail=f"lines {c.change.from_line}+ replaced",
+        )
+
+    def _remove_blacklisted(self, source: str, reason: str) -> None:
+        state = self.states.get(source)
+        if state is not None and state.status == "blacklisted":
+            return
+        if state is None:
+            if not self.landing.exists(source):
+                return
+            landed = self.landing.read(source)
+            stat = FileStat(source, landed.fingerprint.size, landed.fingerprint.mtime_ns)
+            self._save(self._seen(None, stat, landed.fingerprint.sha256, status="blacklisted"))
+            self._event(source, "blacklisted", landed.fingerprint.sha256, detail=reason)
+            return
+        version = self._replace_rows(
+            source, 1, control.RAW_SCHEMA.empty_table(), change="blacklist", reason=reason
+        )
+        removed = replace(state, status="blacklisted", rows=0, last_seen=self.now)
+        if state.logical_start is not None and state.logical_end is not None:
+            removed = removed.with_span(
+                coalesce_span(
+                    state.dirty_span,
+                    state.logical_start,
+                    state.logical_end,
+                    version,
+                    reconciled_version=self.reconciled,
+                )
+            )
+        self._save(removed)
+        self.report.removed[source] = state.rows
+        self._event(source, "blacklisted", state.content_hash, raw_version=version, detail=reason)
+
+    def _quarantine(self, c: Candidate, newest: dt.datetime) -> None:
+        data_end = c.rows.end
+        assert data_end is not None
+        reason = (
+            f"data ends {data_end.isoformat()}, {newest - data_end} before the subject's "
+            f"newest data ({newest.isoformat()}); lateness horizon is "
+            f"{self.settings.lateness_horizon}"
+        )
+        entry = Quarantined(
+            source=c.stat.path,
+            subject_key=self.subject,
+            content_hash=c.content_hash,
+            reason=reason,
+            data_end=data_end,
+            subject_newest=newest,
+            quarantined_at=self.now,
+        )
+        self.report.quarantined.append(entry)
+        self._save(self._seen(c.state, c.stat, c.content_hash, status="quarantined"))
+        self._event(c.stat.path, "quarantined", c.content_hash, detail=reason)
+
+    def _fail(
+        self, state: FileState | None, stat: FileStat, content_hash: str, problems: list[Problem]
+    ) -> None:
+        same_content = state is not None and state.content_hash == content_hash
+        attempts = (state.attempts if same_content and state else 0) + 1
+        failed = attempts >= self.settings.max_parse_attempts
+        error = "; ".join(str(p) for p in problems)
+        seen = self._seen(state, stat, content_hash, status="failed" if failed else "retrying")
+        self._save(
+            replace(
+                seen,
+                attempts=attempts,
+                last_error=error,
+                next_attempt_at=None if failed else self.now + self.settings.retry_delay(attempts),
+            )
+        )
+        (self.report.failed if failed else self.report.retrying).extend(problems)
+        self._event(
+            stat.path,
+            "failed" if failed else "retrying",
+            content_hash,
+            detail=f"attempt {attempts} of {self.settings.max_parse_attempts}: {error}",
+        )
+
+    # -- bookkeeping --------------------------------------------------------------------
+
+    def _seen(
+        self, state: FileState | None, stat: FileStat, content_hash: str, *, status: str
+    ) -> FileState:
+        """The state after seeing new content without applying it: what was ingested
+        before stays as it was."""
+        if state is None:
+            state = FileState(
+                source=stat.path,
+                subject_key=self.subject,
+                content_hash=content_hash,
+                size=stat.size,
+                mtime_ns=stat.mtime_ns,
+                ingested_bytes=0,
+                ingested_hash=None,
+                logical_start=None,
+                logical_end=None,
+                rows=0,
+                process_count=0,
+                status=status,  # type: ignore[arg-type]
+                attempts=0,
+                last_error=None,
+                next_attempt_at=None,
+                last_seen=self.now,
+                raw_version=None,
+                dirty_start=None,
+                dirty_end=None,
+            )
+        return replace(
+            state,
+            content_hash=content_hash,
+            size=stat.size,
+            mtime_ns=stat.mtime_ns,
+            status=status,
+            last_seen=self.now,
+        )
+
+    def _save(self, state: FileState) -> None:
+        self.updated[state.source] = state
+        self.states[state.source] = state
+
+    def _event(
+        self,
+        source: str,
+        action: str,
+        content_hash: str | None,
+        *,
+        rows_written: int = 0,
+        raw_version: int | None = None,
+        detail: str | None = None,
+    ) -> None:
+        self.events.append(
+            Event(
+                self.now,
+                self.run_id,
+                self.subject,
+                source,
+                action,
+                content_hash,
+                rows_written,
+                raw_version,
+                detail,
+            )
+        )
+
+
+def metadata_lists(report: IngestReport) -> Mapping[str, Any]:
+    return {
+        "failed_files": [str(p) for p in report.failed],
+        "retrying_files": [str(p) for p in report.retrying],
+        "quarantined_files": [f"{q.source}: {q.reason}" for q in report.quarantined],
+    }

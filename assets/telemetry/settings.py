@@ -1,0 +1,44 @@
+"""Per-deployment telemetry settings, one resource (`telemetry`), editable in the launchpad."""
+
+import datetime as dt
+from typing import Literal
+
+import dagster as dg
+
+LANDING_PREFIX = "telemetry"
+REPORT_SUFFIX = ".csv"
+
+
+class TelemetrySettings(dg.ConfigurableResource):
+    """How subjects are found in file paths and how late or broken files are treated.
+
+    Deployments differ in where a report's subject (its tool) is written: the folder
+    under `telemetry/` (default), a pattern on the file name, or a header line such as
+    `# subject: Tool07` before the CSV header.
+    """
+
+    subject_rule: Literal["folder", "file_name", "header"] = "folder"
+    file_name_pattern: str = r"^(?P<subject>.+?)_"
+    """For `file_name`: a regular expression whose group `subject` is the subject key."""
+    header_prefix: str = "# subject:"
+    """For `header`: the first line starts with this; the rest of it is the subject key."""
+    back_correction_window_seconds: float = 5.0
+    """An appended file re-ingests its rows from this long before its previous end."""
+    lateness_horizon_hours: float = 7 * 24
+    """A file whose data ends this long before the subject's newest data is quarantined."""
+    max_parse_attempts: int = 3
+    """A file that fails to parse is retried this many times in all, then marked failed."""
+    retry_backoff_seconds: float = 60.0
+    """Wait before the first retry; doubles with every further attempt."""
+
+    @property
+    def back_correction_window(self) -> dt.timedelta:
+        return dt.timedelta(seconds=self.back_correction_window_seconds)
+
+    @property
+    def lateness_horizon(self) -> dt.timedelta:
+        return dt.timedelta(hours=self.lateness_horizon_hours)
+
+    def retry_delay(self, attempts: int) -> dt.timedelta:
+        """How long to wait after the `attempts`-th failed attempt."""
+        return dt.timedelta(seconds=self.retry_backoff_seconds * 2 ** max(attempts - 1, 0))

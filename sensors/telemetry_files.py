@@ -1,0 +1,112 @@
+"""The telemetry data agent: finds subjects with pending work and asks for one run each.
+
+It never starts Spark and never reads report data: it lists the landing zone, hashes only
+files whose size or mtime moved, reads the control tables with delta-rs, registers new
+subjects as dynamic partitions and requests a run per dirty subject, tagged with the
+subject (the instance allows one run per subject tag at a time). Run keys derive from the
+pending files' content hashes, so a re-notified unchanged file launches nothing.
+"""
+
+import datetime as dt
+
+import dagster as dg
+
+from assets.telemetry import control
+from assets.telemetry.assets import telemetry_job
+from assets.telemetry.pending import pending_subjects
+from assets.telemetry.settings import LANDING_PREFIX, REPORT_SUFFIX, TelemetrySettings
+from assets.telemetry.subjects import (
+    SUBJECT_TAG,
+    app_id,
+    partition_key_problem,
+    subject_of,
+    subjects,
+)
+from resources import Lakehouse, LandingZone
+from sensors.fingerprints import dump_fingerprints, load_fingerprints
+
+
+def _reflected(lakehouse: Lakehouse, subject_keys: list[str]) -> dict[str, int | None]:
+    """Per subject, the lowest raw version its derived tables reflect."""
+    ids = {app_id(key): key for key in subject_keys}
+    per_table = [
+        lakehouse.app_transaction_versions(t, list(ids)) for t in (control.TOTALS, control.HOURLY)
+    ]
+    return {
+        key: min(versions) if None not in (versions := [v.get(aid) for v in per_table]) else None
+        for aid, key in ids.items()
+    }
+
+
+@dg.sensor(
+    job=telemetry_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING
+)
+def telemetry_files(
+    context: dg.SensorEvaluationContext,
+    landing: LandingZone,
+    lakehouse: Lakehouse,
+    telemetry: TelemetrySettings,
+) -> dg.SensorResult:
+    """Requests a `telemetry_subject` run for every subject with new, changed, retried,
+    released, blacklisted or re-ingest-requested files; registers new subjects."""
+    previous, previous_subjects = load_fingerprints(context.cursor)
+    current, subject_by_path = {}, {}
+    for stat in landing.list(LANDING_PREFIX, suffix=REPORT_SUFFIX):
+        fingerprint = landing.fingerprint(stat, previous)
+        current[stat.path] = fingerprint
+        known = previous.get(stat.path)
+        subject = (
+            previous_subjects.get(stat.path)
+            if known is not None and known.sha256 == fingerprint.sha256
+            else None
+        ) or subject_of(stat.path, telemetry, lambda p=stat.path: landing.head(p))
+        if subject is not None:
+            subject_by_path[stat.path] = subject
+
+    refused: dict[str, str] = {}
+    landed = {}
+    for path, subject in subject_by_path.items():
+        problem = partition_key_problem(subject)
+        if problem:
+            refused[subject] = f"{problem} (file {path})"
+        else:
+            landed[path] = (subject, current[path].sha256)
+    for subject, problem in sorted(refused.items()):
+        context.log.error(f"telemetry subject {subject!r} cannot be a partition key: {problem}")
+
+    states = control.file_states(lakehouse)
+    blacklist = {
+        r["source"]: r["subject_key"]
+        for r in control.read_records(lakehouse, control.BLACKLIST, None)
+    }
+    released = control.released(control.quarantine_entries(lakehouse))
+    subject_keys = sorted(
+        {s for s, _ in landed.values()} | {s.subject_key for s in states.values()}
+    )
+    pending = pending_subjects(
+        landed,
+        states,
+        blacklist=blacklist,
+        released=released,
+        reflected=_reflected(lakehouse, subject_keys),
+        now=dt.datetime.now(dt.UTC),
+    )
+    registered = set(context.instance.get_dynamic_partitions(subjects.name))
+    new_subjects = sorted({s for s, _ in landed.values()} - registered)
+    return dg.SensorResult(
+        run_requests=[
+            dg.RunRequest(
+                run_key=p.run_key,
+                partition_key=p.subject_key,
+                tags={
+                    SUBJECT_TAG: p.subject_key,
+                    "telemetry/pending": ", ".join(f"{s} ({why})" for s, why in p.reasons)[:1000],
+                },
+            )
+            for p in pending
+        ],
+        dynamic_partitions_requests=[subjects.build_add_request(new_subjects)]
+        if new_subjects
+        else [],
+        cursor=dump_fingerprints(current, subject_by_path),
+    )
