@@ -1,7 +1,7 @@
 """Telemetry: out-of-order, appended and duplicated tool report files, with running totals
 and hourly rollups kept exactly right by a dirty-range reconciler (DESIGN.md, Telemetry)."""
 
-from assets.telemetry.assets import (
+from assets.telemetry.pipeline import (
     telemetry_hourly,
     telemetry_job,
     telemetry_raw,

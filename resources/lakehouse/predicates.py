@@ -50,6 +50,11 @@ def sql_literal(value: Value, *, dialect: Dialect) -> str:
         if value.tzinfo is None:
             raise PredicateError(f"timestamp {value!r} has no time zone; use an aware datetime")
         utc = value.astimezone(dt.UTC).replace(tzinfo=None)
+        if dialect == "datafusion":
+            # Delta's `timestamp` is microseconds in UTC; delta-rs compares a plain
+            # TIMESTAMP literal (nanoseconds, no zone) with it only in queries, and
+            # refuses it in write predicates.
+            return f"arrow_cast('{utc.isoformat()}Z', 'Timestamp(Microsecond, Some(\"UTC\"))')"
         return f"TIMESTAMP '{utc.isoformat()}Z'"
     if isinstance(value, dt.date):
         return f"DATE '{value.isoformat()}'"

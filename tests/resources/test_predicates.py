@@ -18,7 +18,11 @@ def test_typed_literals():
     assert sql_literal(True, dialect="datafusion") == "TRUE"
     assert sql_literal(7, dialect="spark") == "7"
     aware = dt.datetime(2024, 1, 1, 1, 0, tzinfo=dt.timezone(dt.timedelta(hours=1)))
-    assert sql_literal(aware, dialect="datafusion") == "TIMESTAMP '2024-01-01T00:00:00Z'"
+    assert (
+        sql_literal(aware, dialect="datafusion")
+        == "arrow_cast('2024-01-01T00:00:00Z', 'Timestamp(Microsecond, Some(\"UTC\"))')"
+    )
+    assert sql_literal(aware, dialect="spark") == "TIMESTAMP '2024-01-01T00:00:00Z'"
 
 
 def test_naive_timestamps_and_odd_columns_are_refused():

@@ -1,0 +1,87 @@
+"""Deterministic replay: the same files delivered in order, shuffled and late, three
+times over, or growing by appends across many sensor ticks, converge to the same tables,
+equal to totals computed independently from the generated history."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from telemetry_history import expected_hourly, expected_totals, history, shuffled
+
+SUBJECTS = ["Tool01", 'Tool 02 "west"', "Prüfstand-ß"]
+FILES = history(SUBJECTS, files_per_subject=5, rows_per_file=30)
+
+
+def deliver_in_batches(deployment, files, batch=4):
+    for start in range(0, len(files), batch):
+        deployment.deliver(files[start : start + batch])
+        deployment.run_pending()
+
+
+def in_order(deployment):
+    deliver_in_batches(deployment, FILES)
+
+
+def shuffled_and_late(deployment):
+    order = shuffled(FILES)
+    late = sum(1 for i, f in enumerate(order) if f is not FILES[i])
+    assert late / len(FILES) > 0.3  # about 38% of the files arrive out of order
+    deliver_in_batches(deployment, order, batch=3)
+
+
+def three_times(deployment):
+    order = shuffled(FILES, seed=5)
+    for start in range(0, len(order), 5):
+        batch = order[start : start + 5]
+        for _ in range(3):
+            deployment.deliver(batch)  # duplicated delivery: same path, same bytes
+            deployment.run_pending()
+
+
+def growing_by_appends(deployment):
+    """Every file written in 3 chunks cut at arbitrary bytes (so lines are half-written
+    between ticks), chunks of different files interleaved."""
+    rng = random.Random(3)
+    cuts = {}
+    for f in FILES:
+        size = len(f.content)
+        cuts[f.path] = sorted(rng.sample(range(1, size), 2)) + [size]
+    for step in range(3):
+        for start in range(0, len(FILES), 8):
+            for f in FILES[start : start + 8]:
+                deployment.write(f.path, f.content[: cuts[f.path][step]])
+            deployment.run_pending()
+
+
+@pytest.mark.parametrize("delivery", [in_order, shuffled_and_late, three_times, growing_by_appends])
+def test_every_delivery_converges_to_the_independent_totals(deployment, delivery):
+    delivery(deployment)
+    assert deployment.run_pending() == []  # settled: nothing left to do
+    assert deployment.totals() == expected_totals(FILES)
+    assert deployment.hourly() == expected_hourly(FILES)
+    assert len(deployment.raw()) == sum(len(f.rows) for f in FILES)
+    assert {s.status for s in deployment.states().values()} == {"ingested"}
+
+
+def regimes(deployment) -> set[str]:
+    return {
+        deployment.metadata(run, "telemetry_running_totals")["regime"] for run in deployment.runs
+    }
+
+
+def changes(deployment) -> set[str]:
+    return {
+        kind
+        for run in deployment.runs
+        for kind in deployment.metadata(run, "telemetry_raw")["changes"].values()
+    }
+
+
+def test_the_deliveries_exercise_every_regime(deployment):
+    """The replay above is only worth something if late data and appends happened."""
+    shuffled_and_late(deployment)
+    assert {"first", "append", "late"} <= regimes(deployment)
+    deployment.runs.clear()
+    growing_by_appends(deployment)
+    assert {"append"} <= changes(deployment)
