@@ -1,0 +1,241 @@
+"""What data engineers rely on: no work for unchanged files, late files repaired from
+their start only, operator jobs, odd subject keys, and bad input named by file and line."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+
+import dagster as dg
+import pytest
+from telemetry_history import START, ReportFile, expected_hourly, expected_totals, history, report
+
+from assets.telemetry import (
+    TelemetrySettings,
+    blacklist_telemetry_file,
+    control,
+    reingest_telemetry_file,
+    release_quarantined_file,
+)
+
+FILES = history(["Tool01"], files_per_subject=6, rows_per_file=40)
+
+
+def operator(deployment, job, source: str) -> dg.ExecuteInProcessResult:
+    return job.execute_in_process(
+        run_config={"ops": {job.nodes[0].name: {"config": {"source": source, "reason": "test"}}}},
+        resources={"lakehouse": deployment.lakehouse},
+        instance=deployment.instance,
+    )
+
+
+def test_a_renotified_unchanged_file_does_no_work_and_launches_nothing(deployment):
+    deployment.deliver(FILES)
+    assert len(deployment.run_pending()) == 1
+    raw_version = deployment.lakehouse.version(control.RAW)
+    for f in FILES:  # re-notified: touched, content unchanged
+        path = os.path.join(deployment.landing.root, f.path)
+        os.utime(path, ns=(0, os.stat(path).st_mtime_ns + 10**9))
+    result = deployment.tick()
+    assert result.run_requests == []
+    # Materialized by hand anyway (as from the UI): nothing is rewritten.
+    run = deployment.materialize("Tool01")
+    assert deployment.metadata(run, "telemetry_raw")["files_applied"] == 0
+    assert deployment.metadata(run, "telemetry_running_totals")["regime"] == "up_to_date"
+    assert deployment.lakehouse.version(control.RAW) == raw_version
+
+
+def test_a_late_file_recomputes_totals_only_from_its_start(deployment):
+    early, late, rest = FILES[:3], FILES[3], FILES[4:]
+    deployment.deliver(early + rest)
+    deployment.run_pending()
+    assert deployment.run_pending() == []
+
+    deployment.deliver([late])
+    (request,) = deployment.run_pending()
+    assert request.tags["telemetry/subject"] == "Tool01"
+    run = deployment.runs[-1]
+    totals = deployment.metadata(run, "telemetry_running_totals")
+    after_start = sum(1 for f in FILES for r in f.rows if r.ts >= late.rows[0].ts)
+    assert totals["regime"] == "late"
+    assert totals["rows_recomputed"] == after_start  # not the whole history
+    assert totals["rows_replaced"] == after_start - len(late.rows)
+    hourly = deployment.metadata(run, "telemetry_hourly")
+    assert hourly["hours_recomputed"] == 4  # the late file covers 4 hours: only those
+    assert deployment.totals() == expected_totals(FILES)
+    assert deployment.hourly() == expected_hourly(FILES)
+
+
+def test_data_after_everything_stored_is_seeded_from_the_last_totals(deployment):
+    deployment.deliver(FILES[:5])
+    deployment.run_pending()
+    deployment.deliver(FILES[5:])
+    deployment.run_pending()
+    totals = deployment.metadata(deployment.runs[-1], "telemetry_running_totals")
+    assert totals["regime"] == "append"
+    assert totals["rows_recomputed"] == len(FILES[5].rows)
+    assert totals["rows_replaced"] == 0
+    assert deployment.totals() == expected_totals(FILES)
+
+
+def test_an_appended_file_reingests_only_its_tail(deployment, settings):
+    big = report("Tool01", START, 400, random.Random(1))
+    content = big.content
+    cut = content.index(b"\n", len(content) // 2) + 1
+    deployment.write(big.path, content[:cut] + b"2024-05-01T0")  # half-written last line
+    deployment.run_pending()
+    first = deployment.metadata(deployment.runs[-1], "telemetry_raw")
+    assert first["rows_written"] == content[:cut].count(b"\n") - 1
+    deployment.write(big.path, content)
+    deployment.run_pending()
+    second = deployment.metadata(deployment.runs[-1], "telemetry_raw")
+    assert second["changes"] == {big.path: "append"}
+    new_rows = content.count(b"\n") - content[:cut].count(b"\n")
+    window_rows = (
+        sum(
+            1
+            for r in big.rows
+            if big.rows[first["rows_written"] - 1].ts - r.ts <= settings.back_correction_window
+        )
+        - 0
+    )
+    assert new_rows <= second["rows_written"] <= new_rows + window_rows
+    assert deployment.totals() == expected_totals([big])
+
+
+def test_a_rewritten_file_replaces_all_its_rows(deployment):
+    original = FILES[0]
+    deployment.deliver(FILES[:2])
+    deployment.run_pending()
+    rewritten = ReportFile(original.subject, original.name, original.rows[:10])
+    deployment.deliver([rewritten])
+    deployment.run_pending()
+    assert deployment.metadata(deployment.runs[-1], "telemetry_raw")["changes"] == {
+        original.path: "rewrite"
+    }
+    assert deployment.totals() == expected_totals([rewritten, FILES[1]])
+    assert deployment.hourly() == expected_hourly([rewritten, FILES[1]])
+
+
+def test_blacklist_removes_a_files_rows_and_repairs_the_totals(deployment):
+    deployment.deliver(FILES)
+    deployment.run_pending()
+    operator(deployment, blacklist_telemetry_file, FILES[2].path)
+    (request,) = deployment.run_pending()
+    assert "blacklisted" in request.tags["telemetry/pending"]
+    kept = [f for f in FILES if f is not FILES[2]]
+    assert deployment.totals() == expected_totals(kept)
+    assert deployment.hourly() == expected_hourly(kept)
+    assert deployment.states()[FILES[2].path].status == "blacklisted"
+    deployment.deliver([FILES[2]])  # delivered again: stays out
+    assert deployment.run_pending() == []
+
+
+def test_reingest_replaces_a_files_rows_and_totals_stay_exact(deployment):
+    deployment.deliver(FILES)
+    deployment.run_pending()
+    operator(deployment, reingest_telemetry_file, FILES[1].path)
+    deployment.run_pending()
+    raw = deployment.metadata(deployment.runs[-1], "telemetry_raw")
+    assert raw["changes"] == {FILES[1].path: "reingest"}
+    assert deployment.totals() == expected_totals(FILES)
+    assert deployment.run_pending() == []
+    with pytest.raises(ValueError, match="no telemetry file 'telemetry/Tool01/nope.csv' is known"):
+        operator(deployment, reingest_telemetry_file, "telemetry/Tool01/nope.csv")
+
+
+def test_a_file_beyond_the_lateness_horizon_is_quarantined_until_released(deployment):
+    deployment.settings = TelemetrySettings(lateness_horizon_hours=18)
+    deployment.deliver(FILES[1:])
+    deployment.run_pending()
+    deployment.deliver([FILES[0]])  # its data ends ~20 h before the newest
+    deployment.run_pending()
+    run = deployment.runs[-1]
+    check = {e.check_name: e for e in run.get_asset_check_evaluations()}["no_quarantined_files"]
+    assert not check.passed and FILES[0].path in str(check.metadata["quarantined_files"].value)
+    assert deployment.totals() == expected_totals(FILES[1:])
+    (entry,) = control.quarantine_entries(deployment.lakehouse)
+    assert entry.source == FILES[0].path and "lateness horizon is 18:00:00" in entry.reason
+    assert deployment.run_pending() == []  # held, not retried
+
+    operator(deployment, release_quarantined_file, FILES[0].path)
+    deployment.run_pending()
+    assert deployment.totals() == expected_totals(FILES)
+    assert deployment.hourly() == expected_hourly(FILES)
+
+
+@pytest.mark.parametrize(
+    "subject", ["Tool 'O\"Brien'", "Linie 3 / Süd".replace("/", "-"), "工具-七"]
+)
+def test_odd_subject_keys_work_end_to_end(deployment, subject):
+    files = history([subject], files_per_subject=2, rows_per_file=10)
+    deployment.deliver(files)
+    (request,) = deployment.run_pending()
+    assert request.partition_key == subject and request.tags["telemetry/subject"] == subject
+    assert deployment.instance.has_dynamic_partition("subjects", subject)
+    assert deployment.totals() == expected_totals(files)
+
+
+def test_a_key_dagster_cannot_hold_is_refused_by_name(deployment):
+    good = history(["Tool01"], 1, 5)
+    bad = history(["Tool...9"], 1, 5)
+    deployment.deliver(good + bad)
+    requests = deployment.run_pending()
+    assert [r.partition_key for r in requests] == ["Tool01"]
+    assert not deployment.instance.has_dynamic_partition("subjects", "Tool...9")
+
+
+BAD = {
+    "malformed": (b"2024-05-01T00:10:00Z,1,2\n", "expected 4 fields"),
+    "negative": (b"2024-05-01T00:10:00Z,1,-2,0\n", "negative count out_of_spec=-2"),
+    "timestamp": (b"yesterday,1,2,0\n", "unparseable timestamp 'yesterday'"),
+    "no_offset": (b"2024-05-01T00:10:00,1,2,0\n", "timestamp '2024-05-01T00:10:00' has no UTC offset"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_line_is_named_and_loses_nothing_committed(deployment, case):
+    deployment.settings = TelemetrySettings(retry_backoff_seconds=0, max_parse_attempts=2)
+    good, other = FILES[0], FILES[1]
+    deployment.deliver([good, other])
+    deployment.run_pending()
+    line, message = BAD[case]
+    broken = good.content + line  # the good file grows a bad line
+    deployment.write(good.path, broken)
+    deployment.deliver([FILES[2]])  # other files keep flowing
+    deployment.run_pending()
+    state = deployment.states()[good.path]
+    bad_line = good.content.count(b"\n") + 1
+    assert state.status == "retrying" and state.attempts == 1
+    assert f"{good.path}:{bad_line}: {message}" in state.last_error
+    assert deployment.totals() == expected_totals(FILES[:3])  # committed rows intact
+
+    deployment.run_pending()  # the retry is due at once (backoff 0) and fails again
+    state = deployment.states()[good.path]
+    assert state.status == "failed" and state.attempts == 2
+    check = {e.check_name: e for e in deployment.runs[-1].get_asset_check_evaluations()}
+    assert not check["no_failed_files"].passed
+    assert deployment.run_pending() == []  # failed: not retried until the file changes
+    deployment.write(good.path, good.content + b"2024-05-01T03:59:59Z,1,0,0\n")
+    deployment.run_pending()
+    assert deployment.states()[good.path].status == "ingested"
+
+
+def test_an_empty_file_is_an_error_naming_it(deployment):
+    deployment.write("telemetry/Tool01/empty.csv", b"")
+    deployment.deliver(FILES[:1])
+    deployment.run_pending()
+    state = deployment.states()["telemetry/Tool01/empty.csv"]
+    assert state.status == "retrying"
+    assert state.last_error == "telemetry/Tool01/empty.csv: empty file: no header line"
+    assert deployment.totals() == expected_totals(FILES[:1])
+
+
+def test_a_retry_waits_for_its_backoff(deployment):
+    deployment.write("telemetry/Tool01/bad.csv", b"ts,in,out\n")
+    deployment.run_pending()
+    state = deployment.states()["telemetry/Tool01/bad.csv"]
+    assert "bad.csv:1: header is 'ts,in,out'" in state.last_error
+    assert state.next_attempt_at > dt.datetime.now(dt.UTC) + dt.timedelta(seconds=50)
+    assert deployment.run_pending() == []
