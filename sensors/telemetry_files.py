@@ -12,8 +12,8 @@ import datetime as dt
 import dagster as dg
 
 from assets.telemetry import control
-from assets.telemetry.pipeline import telemetry_job
 from assets.telemetry.pending import pending_subjects
+from assets.telemetry.pipeline import telemetry_job
 from assets.telemetry.settings import LANDING_PREFIX, REPORT_SUFFIX, TelemetrySettings
 from assets.telemetry.subjects import (
     SUBJECT_TAG,

@@ -39,7 +39,15 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "visits_weekly",
         "devices",
         "device_catalog",
+        "telemetry_raw",
+        "telemetry_running_totals",
+        "telemetry_hourly",
     }
+    raw = graph.get(dg.AssetKey("telemetry_raw"))
+    assert isinstance(raw.partitions_def, dg.DynamicPartitionsDefinition)
+    assert raw.partitions_def.name == "subjects"
+    for derived in ("telemetry_running_totals", "telemetry_hourly"):
+        assert graph.get(dg.AssetKey(derived)).parent_keys == {dg.AssetKey("telemetry_raw")}
     # The Stateful Merger depends on its own previous day, so backfills run in order.
     catalog = graph.get(dg.AssetKey("device_catalog"))
     assert dg.AssetKey("device_catalog") in catalog.parent_keys
@@ -48,7 +56,11 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
     assert weekly.get_next_partition_key("2024-12-30") == "2025-01-06"
     daily = graph.get(dg.AssetKey("visits_daily")).partitions_def
     assert daily.get_first_partition_key() == "2024-01-01"
-    assert {c.name for c in graph.asset_check_keys} == {"table_count_below_limit"}
+    assert {c.name for c in graph.asset_check_keys} == {
+        "table_count_below_limit",
+        "no_failed_files",
+        "no_quarantined_files",
+    }
     jobs = {job.name for job in defs.resolve_all_job_defs()}
     assert {
         "visits_daily_job",
@@ -56,12 +68,37 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "freeze_visits_weeks",
         "restore_table",
         "vacuum_table",
+        "telemetry_subject",
+        "blacklist_telemetry_file",
+        "reingest_telemetry_file",
+        "release_quarantined_file",
     } <= jobs
-    assert [s.name for s in defs.sensors] == ["visits_late_files"]
+    assert [s.name for s in defs.sensors] == ["visits_late_files", "telemetry_files"]
     resources = defs.resources
     assert resources["lakehouse"].root == str(tmp_path / "l")
     assert resources["landing"].root == str(PROJECT_ROOT / ".data" / "landing")
     assert resources["lakehouse"].engine == "delta-rs"
+
+
+def test_the_instance_allows_one_run_per_telemetry_subject(tmp_path, monkeypatch):
+    (tmp_path / "dagster.yaml").write_text((PROJECT_ROOT / "platform" / "dagster.yaml").read_text())
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    with dg.DagsterInstance.get() as instance:
+        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+    assert {
+        "key": "telemetry/subject",
+        "value": {"applyLimitPerUniqueValue": True},
+        "limit": 1,
+    } in limits
+
+
+def test_launchpad_runs_of_the_telemetry_job_carry_the_subject_tag():
+    from assets.telemetry import SUBJECT_TAG, telemetry_job
+
+    module = load_definitions_module()
+    job = module.build_definitions({}).resolve_job_def(telemetry_job.name)
+    config = job.partitioned_config
+    assert config.get_tags_for_partition_key("Tool 'x'")[SUBJECT_TAG] == "Tool 'x'"
 
 
 def test_an_unknown_engine_is_refused():

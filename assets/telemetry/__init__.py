@@ -1,16 +1,16 @@
 """Telemetry: out-of-order, appended and duplicated tool report files, with running totals
 and hourly rollups kept exactly right by a dirty-range reconciler (DESIGN.md, Telemetry)."""
 
+from assets.telemetry.operator_jobs import (
+    blacklist_telemetry_file,
+    reingest_telemetry_file,
+    release_quarantined_file,
+)
 from assets.telemetry.pipeline import (
     telemetry_hourly,
     telemetry_job,
     telemetry_raw,
     telemetry_running_totals,
-)
-from assets.telemetry.operator_jobs import (
-    blacklist_telemetry_file,
-    reingest_telemetry_file,
-    release_quarantined_file,
 )
 from assets.telemetry.settings import TelemetrySettings
 from assets.telemetry.subjects import SUBJECT_TAG, subjects

@@ -190,7 +190,10 @@ BAD = {
     "malformed": (b"2024-05-01T00:10:00Z,1,2\n", "expected 4 fields"),
     "negative": (b"2024-05-01T00:10:00Z,1,-2,0\n", "negative count out_of_spec=-2"),
     "timestamp": (b"yesterday,1,2,0\n", "unparseable timestamp 'yesterday'"),
-    "no_offset": (b"2024-05-01T00:10:00,1,2,0\n", "timestamp '2024-05-01T00:10:00' has no UTC offset"),
+    "no_offset": (
+        b"2024-05-01T00:10:00,1,2,0\n",
+        "timestamp '2024-05-01T00:10:00' has no UTC offset",
+    ),
 }
 
 

@@ -1,0 +1,117 @@
+"""Parsing report files and planning what of a changed file to ingest (pure)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from assets.telemetry.report_files import (
+    ReportFileError,
+    back_correction_start,
+    complete_length,
+    parse_report,
+    plan_change,
+    sha256,
+)
+
+HEAD = b"ts,in_spec,out_of_spec,mispicks\n"
+L1 = b"2024-05-01T00:00:00Z,1,0,0\n"
+L2 = b"2024-05-01T02:00:01+02:00,2,1,0\n"  # 00:00:01 UTC
+L3 = b"2024-05-01T00:00:09Z,3,0,1\n"
+WINDOW = dt.timedelta(seconds=5)
+
+
+def test_offsets_normalize_to_utc_and_lines_are_numbered_from_the_header():
+    rows = parse_report("f.csv", HEAD + L1 + b"\n" + L2, first_line=1, expect_header=True)
+    assert rows.line == [2, 4]
+    assert rows.start == dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
+    assert rows.end == dt.datetime(2024, 5, 1, 0, 0, 1, tzinfo=dt.UTC)
+
+
+def test_a_half_written_last_line_is_not_complete():
+    content = HEAD + L1 + b"2024-05-01T00:0"
+    assert complete_length(content) == len(HEAD + L1)
+    assert complete_length(b"ts,in_sp") == 0
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (b"2024-05-01T00:00:00Z;1;0;0\n", "f.csv:2: expected 4 fields"),
+        (
+            b"2024-05-01T00:00:00Z,1,x,0\n",
+            "f.csv:2: out_of_spec is not a non-negative integer: 'x'",
+        ),
+        (b"2024-05-01T00:00:00Z,-1,0,0\n", "f.csv:2: negative count in_spec=-1"),
+        (b"05/01/2024,1,0,0\n", "f.csv:2: unparseable timestamp '05/01/2024'"),
+        (b"\xff\xfe,1,0,0\n", "f.csv:2: not valid UTF-8"),
+    ],
+)
+def test_bad_lines_are_named_by_file_and_line(body, message):
+    with pytest.raises(ReportFileError, match=message):
+        parse_report("f.csv", HEAD + body, first_line=1, expect_header=True)
+
+
+def test_a_wrong_header_is_named():
+    with pytest.raises(ReportFileError, match="f.csv:1: header is 'time,a,b,c'"):
+        parse_report("f.csv", b"time,a,b,c\n" + L1, first_line=1, expect_header=True)
+
+
+def test_plan_new_append_rewrite_and_nothing_new():
+    old = HEAD + L1 + L2
+    new = plan_change(
+        source="f",
+        content=old,
+        ingested_bytes=0,
+        ingested_hash=None,
+        logical_end=None,
+        window=WINDOW,
+    )
+    assert (new.kind, new.from_byte, new.end_byte) == ("new", 0, len(old))
+
+    end = dt.datetime(2024, 5, 1, 0, 0, 1, tzinfo=dt.UTC)
+    grown = old + L3 + b"2024-05"
+    append = plan_change(
+        source="f",
+        content=grown,
+        ingested_bytes=len(old),
+        ingested_hash=sha256(old),
+        logical_end=end,
+        window=WINDOW,
+    )
+    # Back-correction: L1 and L2 are within 5 s of the previous end, so both are re-read.
+    assert (append.kind, append.from_line, append.end_byte) == ("append", 2, len(old + L3))
+
+    rewritten = plan_change(
+        source="f",
+        content=HEAD + L3,
+        ingested_bytes=len(old),
+        ingested_hash=sha256(old),
+        logical_end=end,
+        window=WINDOW,
+    )
+    assert (rewritten.kind, rewritten.from_byte) == ("rewrite", 0)
+
+    assert (
+        plan_change(
+            source="f",
+            content=old + b"2024",
+            ingested_bytes=len(old),
+            ingested_hash=sha256(old),
+            logical_end=end,
+            window=WINDOW,
+        )
+        is None
+    )
+
+
+def test_back_correction_stops_at_the_first_line_older_than_the_window():
+    content = HEAD + L1 + L3  # 00:00:00 and 00:00:09
+    end = dt.datetime(2024, 5, 1, 0, 0, 9, tzinfo=dt.UTC)
+    assert back_correction_start(content, len(content), end, WINDOW) == (len(HEAD + L1), 3)
+    assert back_correction_start(content, len(content), end, dt.timedelta(0)) == (len(HEAD + L1), 3)
+    assert back_correction_start(content, len(content), end, dt.timedelta(hours=1)) == (
+        len(HEAD),
+        2,
+    )

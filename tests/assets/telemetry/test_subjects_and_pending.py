@@ -1,0 +1,78 @@
+"""Subject keys and the sensor's pending-work decision (pure)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from assets.telemetry import TelemetrySettings
+from assets.telemetry.control import FileState
+from assets.telemetry.pending import file_reason
+from assets.telemetry.subjects import partition_key_problem, subject_of
+
+NOW = dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize("key", ["Tool01", "Tool 'x\"", "Prüfstand ß", "工具", "a,b|[c]"])
+def test_arbitrary_folder_names_are_partition_keys(key):
+    assert partition_key_problem(key) is None
+
+
+@pytest.mark.parametrize("key, why", [("a...b", "'...'"), ("a\tb", "control"), (" ", "empty")])
+def test_keys_dagster_cannot_hold_are_named(key, why):
+    assert why in partition_key_problem(key)
+
+
+def test_subject_rules_are_pluggable():
+    folder = TelemetrySettings()
+    assert subject_of("telemetry/Tool 7/x.csv", folder, bytes) == "Tool 7"
+    assert subject_of("telemetry/x.csv", folder, bytes) is None
+    by_name = TelemetrySettings(subject_rule="file_name")
+    assert subject_of("telemetry/in/Tool07_2024.csv", by_name, bytes) == "Tool07"
+    by_header = TelemetrySettings(subject_rule="header")
+    assert (
+        subject_of("telemetry/x.csv", by_header, lambda: b"# subject: Tool 9\nts,...") == "Tool 9"
+    )
+
+
+def state(**changes) -> FileState:
+    base = dict(
+        source="p",
+        subject_key="s",
+        content_hash="h",
+        size=1,
+        mtime_ns=1,
+        ingested_bytes=1,
+        ingested_hash="h",
+        logical_start=None,
+        logical_end=None,
+        rows=0,
+        process_count=1,
+        status="ingested",
+        attempts=0,
+        last_error=None,
+        next_attempt_at=None,
+        last_seen=NOW,
+        raw_version=None,
+        dirty_start=None,
+        dirty_end=None,
+    )
+    return FileState(**{**base, **changes})
+
+
+def test_pending_reasons():
+    def reason(sha, st, **kw):
+        return file_reason(sha, st, **{"blacklisted": False, "released": False, "now": NOW, **kw})
+
+    assert reason("h", None) == "new"
+    assert reason("h", state()) is None  # unchanged: nothing
+    assert reason("h2", state()) == "changed"
+    assert reason("h", state(status="failed")) is None  # failed stays failed until it changes
+    later = NOW + dt.timedelta(minutes=1)
+    assert reason("h", state(status="retrying", attempts=1, next_attempt_at=later)) is None
+    assert reason("h", state(status="retrying", attempts=1, next_attempt_at=NOW)) == "retry 2"
+    assert reason("h", state(status="quarantined")) is None
+    assert reason("h", state(status="quarantined"), released=True) == "released"
+    assert reason("h", state(), blacklisted=True) == "blacklisted"
+    assert reason("h", state(status="blacklisted"), blacklisted=True) is None
