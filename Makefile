@@ -39,6 +39,7 @@ dev: setup
 bench: setup
 	$(PY) benchmarks/overwriting.py
 	$(PY) benchmarks/merge_pruning.py
+	$(PY) benchmarks/telemetry.py
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
