@@ -80,7 +80,7 @@ def history(
 
 
 def shuffled(
-    files: list[ReportFile], *, seed: int = 11, out_of_order: float = 0.38
+    files: list[ReportFile], *, seed: int = 14, out_of_order: float = 0.38
 ) -> list[ReportFile]:
     """About `out_of_order` of the files delivered late: most a little (stragglers), a few
     after everything else."""
@@ -91,9 +91,22 @@ def shuffled(
     for position, file in enumerate(order):
         delay = 0.0
         if position in late:
-            delay = rng.choice([1.5, 2.5, 3.5, len(order)])
+            # Files of different subjects interleave: a delay of a few positions puts a
+            # file behind later files of its own subject.
+            delay = rng.choice([4.5, 7.5, 10.5, len(order)])
         keyed.append((position + delay, file))
     return [f for _, f in sorted(keyed, key=lambda k: k[0])]
+
+
+def out_of_order_share(delivered: list[ReportFile]) -> float:
+    """Share of files delivered after a later file (by event time) of their subject."""
+    late, newest = 0, {}
+    for f in delivered:
+        start = f.rows[0].ts
+        if f.subject in newest and newest[f.subject] > start:
+            late += 1
+        newest[f.subject] = max(start, newest.get(f.subject, start))
+    return late / len(delivered)
 
 
 def write(landing_root: str | Path, path: str, content: bytes) -> None:
