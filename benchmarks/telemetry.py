@@ -219,7 +219,7 @@ def run_process(root: Path, files_per_run: int) -> dict[str, float]:
         "LAKEHOUSE_ROOT": lakehouse.root,
         "LANDING_ROOT": landing.root,
     }
-    with dg.DagsterInstance.from_ref(dg.InstanceRef.from_dir(str(home))) as instance:
+    with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_dynamic_partitions("subjects", ["Tool01"])
     command = [
         sys.executable,
