@@ -239,11 +239,10 @@ def run_process(root: Path, files_per_run: int) -> dict[str, float]:
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-2000:])
-    return {
-        "seconds": elapsed,
-        "files": files_per_run,
-        "rows": control.RAW and lakehouse.read_arrow(control.RAW).num_rows,
-    }
+    rows = lakehouse.read_arrow(control.RAW).num_rows
+    if rows != files_per_run * STEADY_ROWS:
+        raise RuntimeError(f"the run ingested {rows} rows, expected {files_per_run * STEADY_ROWS}")
+    return {"seconds": elapsed, "files": files_per_run}
 
 
 def verdict(ok: bool) -> str:
