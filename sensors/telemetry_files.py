@@ -17,25 +17,12 @@ from assets.telemetry.pipeline import telemetry_job
 from assets.telemetry.settings import LANDING_PREFIX, REPORT_SUFFIX, TelemetrySettings
 from assets.telemetry.subjects import (
     SUBJECT_TAG,
-    app_id,
     partition_key_problem,
     subject_of,
     subjects,
 )
 from resources import Lakehouse, LandingZone
 from sensors.fingerprints import dump_fingerprints, load_fingerprints
-
-
-def _reflected(lakehouse: Lakehouse, subject_keys: list[str]) -> dict[str, int | None]:
-    """Per subject, the lowest raw version its derived tables reflect."""
-    ids = {app_id(key): key for key in subject_keys}
-    per_table = [
-        lakehouse.app_transaction_versions(t, list(ids)) for t in (control.TOTALS, control.HOURLY)
-    ]
-    return {
-        key: min(versions) if None not in (versions := [v.get(aid) for v in per_table]) else None
-        for aid, key in ids.items()
-    }
 
 
 @dg.sensor(
@@ -88,7 +75,7 @@ def telemetry_files(
         states,
         blacklist=blacklist,
         released=released,
-        reflected=_reflected(lakehouse, subject_keys),
+        reflected=control.reconciled_versions(lakehouse, subject_keys),
         now=dt.datetime.now(dt.UTC),
     )
     registered = set(context.instance.get_dynamic_partitions(subjects.name))

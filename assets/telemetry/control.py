@@ -15,6 +15,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from assets.telemetry.reconcile import DirtySpan
+from assets.telemetry.subjects import app_id
 from resources import Lakehouse
 from resources.lakehouse import AppTransaction, WhenMatchedUpdate, WhenNotMatchedInsert
 from resources.lakehouse.predicates import eq, is_in
@@ -217,6 +218,18 @@ def file_states(lakehouse: Lakehouse, subject_key: str | None = None) -> dict[st
 def file_states_of_sources(lakehouse: Lakehouse, sources: Sequence[str]) -> dict[str, FileState]:
     rows = lakehouse.read_arrow(FILE_STATE, where=is_in("source", sources)).to_pylist()
     return {r["source"]: FileState(**r) for r in rows}
+
+
+def reconciled_versions(lakehouse: Lakehouse, subject_keys: Sequence[str]) -> dict[str, int | None]:
+    """Per subject, the lowest raw version its derived tables (running totals, hourly)
+    both reflect; None when either never reconciled it."""
+    ids = {app_id(key): key for key in subject_keys}
+    per_table = [lakehouse.app_transaction_versions(t, list(ids)) for t in (TOTALS, HOURLY)]
+    lowest: dict[str, int | None] = {}
+    for aid, key in ids.items():
+        versions = [recorded.get(aid) for recorded in per_table]
+        lowest[key] = None if None in versions else min(versions)  # type: ignore[type-var]
+    return lowest
 
 
 def blacklisted(lakehouse: Lakehouse, subject_key: str | None = None) -> dict[str, str]:

@@ -49,7 +49,7 @@ def _dirty(
 ) -> tuple[int | None, int | None, list[DirtySpan]]:
     """(raw version now, raw version `table` reflects for the subject, spans since)."""
     raw_version = lakehouse.version(control.RAW)
-    reflected = lakehouse.app_transaction_versions(table, [app_id(subject)]).get(app_id(subject))
+    reflected = lakehouse.app_transaction_version(table, app_id(subject))
     states = control.file_states(lakehouse, subject).values()
     spans = [s.dirty_span for s in states if s.dirty_span is not None]
     return raw_version, reflected, pending_spans(spans, reflected)

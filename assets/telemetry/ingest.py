@@ -90,6 +90,10 @@ class IngestReport:
     """Blacklisted source -> rows removed."""
     unchanged: int = 0
     raw_version: int | None = None
+    states: dict[str, FileState] = field(default_factory=dict)
+    """Every file of the subject as this run left it."""
+    open_quarantine: list[Quarantined] = field(default_factory=list)
+    """Files held in quarantine after this run (earlier ones and new ones)."""
 
     @property
     def rows_written(self) -> int:
@@ -133,12 +137,7 @@ class SubjectIngest:
         self.states = control.file_states(self.lakehouse, self.subject)
         quarantine = control.quarantine_entries(self.lakehouse, self.subject)
         released = control.released(quarantine)
-        derived = self.lakehouse.app_transaction_versions
-        reflected = [
-            derived(table, [self.app_id]).get(self.app_id)
-            for table in (control.TOTALS, control.HOURLY)
-        ]
-        self.reconciled = None if None in reflected else min(reflected)  # type: ignore[type-var]
+        self.reconciled = control.reconciled_versions(self.lakehouse, [self.subject])[self.subject]
         self.raw_sequence = self.lakehouse.app_transaction_version(control.RAW, self.app_id) or 0
         state_sequence = self.lakehouse.app_transaction_version(control.FILE_STATE, self.app_id)
 
@@ -174,6 +173,11 @@ class SubjectIngest:
         )
         control.add_quarantine(self.lakehouse, self.report.quarantined, self.meta())
         control.log_events(self.lakehouse, self.events, self.meta())
+        self.report.states = self.states
+        self.report.open_quarantine = [
+            *control.open_quarantine(quarantine),
+            *self.report.quarantined,
+        ]
         return self.report
 
     # -- deciding -----------------------------------------------------------------------

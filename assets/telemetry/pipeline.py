@@ -73,9 +73,10 @@ def telemetry_raw(
             commit_metadata=_metadata(context),
             now=dt.datetime.now(dt.UTC),
         ).run()
-    open_quarantine = control.open_quarantine(control.quarantine_entries(lakehouse, subject))
-    states = control.file_states(lakehouse, subject)
-    failed = sorted(f"{s.source}: {s.last_error}" for s in states.values() if s.status == "failed")
+    open_quarantine = report.open_quarantine
+    failed = sorted(
+        f"{s.source}: {s.last_error}" for s in report.states.values() if s.status == "failed"
+    )
     return dg.MaterializeResult(
         metadata={
             "table_name": control.RAW,
