@@ -108,6 +108,13 @@ class DeltaRsEngine(port.DeltaEngine):
         result = QueryBuilder().register("t", self._table(table, version)).execute(query)
         return _plain_types(pa.table(result.read_all()))
 
+    def count(self, table: str, *, where: Predicate | None = None) -> int:
+        query = "SELECT count(*) AS n FROM t"
+        if where is not None:
+            query += f" WHERE {where.render('datafusion')}"
+        result = QueryBuilder().register("t", self._table(table)).execute(query)
+        return pa.table(result.read_all()).column("n")[0].as_py()
+
     def read(
         self, table: str, *, version: int | None = None, where: Predicate | None = None
     ) -> DataFrame:

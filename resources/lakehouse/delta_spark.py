@@ -92,6 +92,9 @@ class DeltaSparkEngine(port.DeltaEngine):
     ) -> pa.Table:
         return self.read(table, version=version, where=where).toArrow()
 
+    def count(self, table: str, *, where: Predicate | None = None) -> int:
+        return self.read(table, where=where).count()
+
     def _frame(self, data: port.Data) -> DataFrame:
         import pyarrow as pa
 

@@ -241,6 +241,10 @@ class DeltaEngine(ABC):
     ) -> pa.Table: ...
 
     @abstractmethod
+    def count(self, table: str, *, where: Predicate | None = None) -> int:
+        """Rows matching `where`, without bringing them into Python."""
+
+    @abstractmethod
     def write(
         self,
         table: str,

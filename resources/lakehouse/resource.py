@@ -84,6 +84,10 @@ class Lakehouse(dg.ConfigurableResource):
         """The table as Arrow: for control tables and other small reads without Spark."""
         return self._delta().read_arrow(self.uri(table), version=version, where=where)
 
+    def count(self, table: str, *, where: Predicate | None = None) -> int:
+        """How many rows match `where`."""
+        return self._delta().count(self.uri(table), where=where)
+
     def history(self, table: str, *, limit: int | None = None) -> list[port.HistoryEntry]:
         """Commits newest first, each with the commit metadata its writer attached."""
         return self._delta().history(self.uri(table), limit=limit)

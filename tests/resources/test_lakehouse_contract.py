@@ -80,6 +80,13 @@ def test_read_at_a_version_and_with_a_predicate(lake):
     assert [r["name"] for r in frame.collect()] == ["x"]
 
 
+def test_count_matches_the_rows_a_read_returns(lake):
+    lake.append("t", devices([("a", 1, "x"), ("b", 2, "y"), ("c", 2, "z")]), metadata=META)
+    assert lake.count("t") == 3
+    assert lake.count("t", where=eq("day", dt.date(2024, 1, 2))) == 2
+    assert lake.count("t", where=eq("device", "it's")) == 0
+
+
 def test_overwrite_replaces_everything_in_one_commit(lake):
     lake.append("t", devices([("a", 1, "x"), ("b", 2, "y")]), metadata=META, partition_by=["day"])
     result = lake.overwrite("t", devices([("c", 3, "z")]), metadata=META)
