@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from assets.telemetry.reconcile import DirtySpan
+from assets.telemetry.reconcile import DirtySpan, pending_spans
 from assets.telemetry.subjects import app_id
 from resources import Lakehouse
 from resources.lakehouse import AppTransaction, WhenMatchedUpdate, WhenNotMatchedInsert
-from resources.lakehouse.predicates import eq, is_in
+from resources.lakehouse.predicates import Compare, eq, is_in
 
 RAW = "telemetry_raw"
 TOTALS = "telemetry_running_totals"
@@ -169,6 +169,13 @@ SCHEMAS: Mapping[str, pa.Schema] = {
     QUARANTINE: QUARANTINE_SCHEMA,
 }
 
+# Raw rows and running totals are replaced from a line or a time onwards. Writers cut
+# their output into files of this size, each covering a narrow range of lines or times,
+# so a replacement rewrites the one file straddling its start and drops the files after
+# it, instead of copying a whole file or subject history that is mostly kept.
+SMALL_FILES = {"delta.targetFileSize": str(2 * 1024 * 1024)}
+TABLE_PROPERTIES: Mapping[str, Mapping[str, str]] = {RAW: SMALL_FILES, TOTALS: SMALL_FILES}
+
 
 @dataclass(frozen=True)
 class Event:
@@ -200,7 +207,12 @@ def ensure_table(lakehouse: Lakehouse, table: str, metadata: Mapping[str, Any]) 
     """Create `table` empty with its schema if it does not exist yet (concurrent creators
     are safe: appending nothing to a table someone else created changes nothing)."""
     if not lakehouse.exists(table):
-        lakehouse.append(table, SCHEMAS[table].empty_table(), metadata=metadata)
+        lakehouse.append(
+            table,
+            SCHEMAS[table].empty_table(),
+            metadata=metadata,
+            table_properties=TABLE_PROPERTIES.get(table),
+        )
 
 
 def read_records(lakehouse: Lakehouse, table: str, subject_key: str | None) -> list[dict]:
@@ -213,6 +225,17 @@ def read_records(lakehouse: Lakehouse, table: str, subject_key: str | None) -> l
 def file_states(lakehouse: Lakehouse, subject_key: str | None = None) -> dict[str, FileState]:
     """File states by source, of one subject or of all."""
     return {r["source"]: FileState(**r) for r in read_records(lakehouse, FILE_STATE, subject_key)}
+
+
+def dirty_spans(lakehouse: Lakehouse, subject_key: str, after: int | None) -> list[DirtySpan]:
+    """The dirty spans of the subject's files committed after raw version `after` (all of
+    them when None): what a derived table reflecting `after` has still to take in."""
+    where = eq("subject_key", subject_key)
+    if after is not None:
+        where = where & Compare("raw_version", ">", after)
+    rows = lakehouse.read_arrow(FILE_STATE, where=where).to_pylist()
+    spans = (FileState(**r).dirty_span for r in rows)
+    return pending_spans([s for s in spans if s is not None], after)
 
 
 def file_states_of_sources(lakehouse: Lakehouse, sources: Sequence[str]) -> dict[str, FileState]:

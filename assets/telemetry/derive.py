@@ -16,7 +16,6 @@ from assets.telemetry.reconcile import (
     hourly_rollup,
     hours_within,
     last_totals,
-    pending_spans,
     running_totals,
     touched_hour_ranges,
 )
@@ -50,9 +49,7 @@ def _dirty(
     """(raw version now, raw version `table` reflects for the subject, spans since)."""
     raw_version = lakehouse.version(control.RAW)
     reflected = lakehouse.app_transaction_version(table, app_id(subject))
-    states = control.file_states(lakehouse, subject).values()
-    spans = [s.dirty_span for s in states if s.dirty_span is not None]
-    return raw_version, reflected, pending_spans(spans, reflected)
+    return raw_version, reflected, control.dirty_spans(lakehouse, subject, reflected)
 
 
 def _lost_history(lakehouse: Lakehouse, table: str, subject: str, reflected: int | None) -> str:
@@ -61,7 +58,7 @@ def _lost_history(lakehouse: Lakehouse, table: str, subject: str, reflected: int
     rebuilt by hand), so no frontier can be trusted."""
     if reflected is not None:
         return ""
-    if lakehouse.read_arrow(table, where=eq("subject_key", subject)).num_rows == 0:
+    if lakehouse.count(table, where=eq("subject_key", subject)) == 0:
         return ""
     return (
         f"{table} holds rows of subject {subject!r} but no record of the raw version they "
@@ -99,7 +96,7 @@ def reconcile_totals(
     if frontier is not None:
         where = where & Compare("ts", ">=", frontier)
         seed = _seed_before(lakehouse, subject, frontier)
-    replaced = lakehouse.read_arrow(control.TOTALS, where=where).num_rows
+    replaced = lakehouse.count(control.TOTALS, where=where)
     rows = lakehouse.read_arrow(control.RAW, version=raw_version, where=where)
     totals = running_totals(rows, seed, control.TOTALS_SCHEMA)
     commit = lakehouse.overwrite(
