@@ -7,8 +7,9 @@ with a UTC offset, counts are non-negative integers. Lines starting with '#' are
 only once its newline is written: a half-written last line waits for the next pass.
 
 Files are small and many (a few hundred rows, thousands an hour), so they are parsed in
-this process, line by line with exact line numbers, rather than in Spark, whose per-job
-overhead (~0.35 s) would exceed the work by two orders of magnitude.
+this process rather than in Spark, whose per-job overhead (~0.35 s) would exceed the work
+by two orders of magnitude: well-formed files in Arrow, anything else line by line, which
+names the line of every problem.
 """
 
 import datetime as dt
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyarrow import csv
 
 from assets.source_files import MAX_REPORTED_PROBLEMS, Problem
 
@@ -121,6 +124,70 @@ def parse_report(
 ) -> ReportRows:
     """Parse complete lines (`content` ends at a newline), numbering them from
     `first_line`. Raises ReportFileError naming file and line of the first problems."""
+    rows = _parse_well_formed(source, content, first_line=first_line, expect_header=expect_header)
+    if rows is not None:
+        return rows
+    return _parse_lines(source, content, first_line=first_line, expect_header=expect_header)
+
+
+_HEADER_LINE = (",".join(HEADER) + "\n").encode()
+_STRICT_TS = (
+    r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
+    r"(Z|[+-][0-9]{2}:[0-9]{2})$"
+)
+_STRICT_COUNT = r"^[0-9]{1,18}$"
+
+
+def _parse_well_formed(
+    source: str, content: bytes, *, first_line: int, expect_header: bool
+) -> ReportRows | None:
+    """The common case, vectorized in Arrow (a 25,000-row file in milliseconds, not a
+    tenth of a second): the exact header where one is expected, then only data lines in
+    the strictest form the line parser accepts (no blanks, comments, spaces, quotes, BOM;
+    `ts` as YYYY-MM-DDTHH:MM:SS[.ffffff] with Z or ±HH:MM). None for anything else, which
+    the line parser then reads, naming each problem's line; both read the strict form to
+    the same instants and counts."""
+    if expect_header:
+        if not content.startswith(_HEADER_LINE):
+            return None
+        content, first_line = content[len(_HEADER_LINE) :], first_line + 1
+    lines = content.count(b"\n")
+    if lines == 0:
+        return None
+    try:
+        table = csv.read_csv(
+            pa.py_buffer(content),
+            read_options=csv.ReadOptions(column_names=list(HEADER), use_threads=False),
+            parse_options=csv.ParseOptions(quote_char=False, ignore_empty_lines=False),
+            convert_options=csv.ConvertOptions(
+                column_types=dict.fromkeys(HEADER, pa.string()), strings_can_be_null=False
+            ),
+        )
+        if (
+            table.num_rows != lines
+            or not pc.all(pc.match_substring_regex(table["ts"], _STRICT_TS)).as_py()
+        ):
+            return None
+        if not all(
+            pc.all(pc.match_substring_regex(table[name], _STRICT_COUNT)).as_py() for name in COUNTS
+        ):
+            return None
+        ts = pc.cast(table["ts"], pa.timestamp("us", tz="UTC"))
+    except pa.ArrowInvalid:  # e.g. a ragged line, or 30 February: the line parser says which
+        return None
+    return ReportRows(
+        source,
+        line=list(range(first_line, first_line + lines)),
+        ts=pc.cast(ts, pa.int64()).to_pylist(),
+        in_spec=pc.cast(table["in_spec"], pa.int64()).to_pylist(),
+        out_of_spec=pc.cast(table["out_of_spec"], pa.int64()).to_pylist(),
+        mispicks=pc.cast(table["mispicks"], pa.int64()).to_pylist(),
+    )
+
+
+def _parse_lines(
+    source: str, content: bytes, *, first_line: int, expect_header: bool
+) -> ReportRows:
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -10,6 +10,8 @@ from assets.telemetry.report_files import (
     ReportFileError,
     back_correction_start,
     complete_length,
+    _parse_lines,
+    _parse_well_formed,
     parse_report,
     plan_change,
     sha256,
@@ -27,6 +29,31 @@ def test_offsets_normalize_to_utc_and_lines_are_numbered_from_the_header():
     assert rows.line == [2, 4]
     assert rows.start == dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
     assert rows.end == dt.datetime(2024, 5, 1, 0, 0, 1, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        L1 + L2 + L3,
+        b"2024-02-29T23:59:59.5-05:00,7,0,3\n2024-05-01T00:00:00.123456+23:59,0,0,0\n",
+        L1 + b"\n" + L2,  # a blank line
+        b"# subject: Tool01\n" + L1,  # a comment
+        b" 2024-05-01T00:00:00Z , 1,0,0\n",  # spaces around fields
+        b"2024-05-01 00:00:00+00:00,1,0,0\n",  # a space instead of T
+        b"2024-05-01T00:00:00+0200,1,0,0\n",  # an offset without a colon
+        b"2024-05-01T00:00:00+12:60,1,0,0\n",  # an offset only Python reads
+        b"0999-05-01T00:00:00Z,1,0,0\n",
+        b"\xef\xbb\xbf" + L1,  # a byte order mark
+    ],
+)
+def test_the_vectorized_parser_reads_exactly_what_the_line_parser_reads(body):
+    """Well-formed input takes the Arrow path; anything else falls through to the line
+    parser. Either way the rows are the line parser's."""
+    for content, expect_header in ((HEAD + body, True), (body, False)):
+        fast = parse_report("f.csv", content, first_line=1, expect_header=expect_header)
+        slow = _parse_lines("f.csv", content, first_line=1, expect_header=expect_header)
+        assert fast == slow
+    assert _parse_well_formed("f.csv", HEAD + L1 + L2 + L3, first_line=1, expect_header=True)
 
 
 def test_a_half_written_last_line_is_not_complete():
