@@ -169,12 +169,19 @@ SCHEMAS: Mapping[str, pa.Schema] = {
     QUARANTINE: QUARANTINE_SCHEMA,
 }
 
+# Every run commits to these tables a few times per file change, and every read loads
+# the log: a checkpoint every 10 commits (not 100) keeps a load to a few JSON files.
+FREQUENT_CHECKPOINTS = {"delta.checkpointInterval": "10"}
 # Raw rows and running totals are replaced from a line or a time onwards. Writers cut
 # their output into files of this size, each covering a narrow range of lines or times,
 # so a replacement rewrites the one file straddling its start and drops the files after
 # it, instead of copying a whole file or subject history that is mostly kept.
-SMALL_FILES = {"delta.targetFileSize": str(2 * 1024 * 1024)}
-TABLE_PROPERTIES: Mapping[str, Mapping[str, str]] = {RAW: SMALL_FILES, TOTALS: SMALL_FILES}
+SMALL_FILES = {**FREQUENT_CHECKPOINTS, "delta.targetFileSize": str(2 * 1024 * 1024)}
+TABLE_PROPERTIES: Mapping[str, Mapping[str, str]] = {
+    **dict.fromkeys(SCHEMAS, FREQUENT_CHECKPOINTS),
+    RAW: SMALL_FILES,
+    TOTALS: SMALL_FILES,
+}
 
 
 @dataclass(frozen=True)
@@ -211,7 +218,7 @@ def ensure_table(lakehouse: Lakehouse, table: str, metadata: Mapping[str, Any]) 
             table,
             SCHEMAS[table].empty_table(),
             metadata=metadata,
-            table_properties=TABLE_PROPERTIES.get(table),
+            table_properties=TABLE_PROPERTIES[table],
         )
 
 
