@@ -7,10 +7,10 @@
    Pass: <= 0.05.
 3. Re-notifying 1,000 unchanged files: the sensor tick's time and the runs it asks
    for (pass: none).
-4. Steady state: 4-hour report files of a few hundred rows for 20 tools, delivered a
-   batch per tick; files per hour through sensor + runs (in one warm process), and the
-   cost of a run as its own `dagster asset materialize` process (what the daemon
-   launches). Target: >= 5,000 files an hour.
+4. Steady state: 4-hour report files of a few hundred rows for 20 tools arriving at a
+   fixed rate; the real sensor ticks, and each run it asks for is its own `dagster asset
+   materialize` process (what the daemon launches), as many at once as the instance
+   allows. Files per hour until the last one is ingested. Target: >= 5,000.
 
 Timings on these 2-core machines are noisy: the ratios, taken within this one run, are
 the figures. Exits 1 if a bound fails. Run: `.venv/bin/python benchmarks/telemetry.py`.
@@ -37,15 +37,22 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from telemetry_history import START, ReportFile, report, write  # noqa: E402
 
 from assets.telemetry import TelemetrySettings, control  # noqa: E402
-from assets.telemetry import assets as telemetry_assets  # noqa: E402
 from assets.telemetry.derive import reconcile_hourly, reconcile_totals  # noqa: E402
 from assets.telemetry.ingest import SubjectIngest  # noqa: E402
 from resources import Lakehouse, LandingZone, SparkResource  # noqa: E402
 from sensors import telemetry_files  # noqa: E402
 
-HISTORY_FILES, ROWS_PER_HISTORY_FILE = 400, 2_500  # 1M rows for one subject
-BIG_FILE_ROWS = 200_000
-STEADY_SUBJECTS, STEADY_TICKS, STEADY_ROWS = 20, 10, 300
+# A subject's history: weeks of a busy tool (DESIGN.md: 20 tools, a few thousand files an
+# hour). Per-run fixed costs (a handful of Delta commits, ~0.2 s) are the same whatever
+# the history; the bounds are about what grows with it, so the history must be large
+# enough for a full recompute to dwarf them, as it does in production.
+HISTORY_FILES, ROWS_PER_HISTORY_FILE = 400, 25_000  # 10M rows for one subject
+BIG_FILE_ROWS = 2_000_000
+STEADY_SUBJECTS, STEADY_ROWS = 20, 300
+# Files arrive faster than the 5,000 an hour target for 4 minutes: the figure is what the
+# platform gets through when busy, from the first arrival until the last file is ingested.
+STEADY_RATE, STEADY_SECONDS = 12_000, 240
+QUEUE_POLL_SECONDS = 1.0  # how often the stand-in run coordinator looks at its queue
 SETTINGS = TelemetrySettings(lateness_horizon_hours=24 * 365)
 
 
@@ -87,13 +94,13 @@ def derive(lakehouse: Lakehouse, subject: str) -> None:
 def late_file_vs_full_recompute(root: Path) -> dict[str, float]:
     lakehouse, landing = deployment(root)
     rng = random.Random(1)
-    files = [
-        report("Tool01", START + dt.timedelta(hours=4 * i), ROWS_PER_HISTORY_FILE, rng)
-        for i in range(HISTORY_FILES)
-    ]
-    late = {10: files[HISTORY_FILES // 10], 90: files[HISTORY_FILES * 9 // 10]}
-    for f in files:
-        if f not in late.values():
+    late_index = {HISTORY_FILES // 10: 10, HISTORY_FILES * 9 // 10: 90}
+    late: dict[int, ReportFile] = {}
+    for i in range(HISTORY_FILES):  # one at a time: 10M rows as objects would not fit well
+        f = report("Tool01", START + dt.timedelta(hours=4 * i), ROWS_PER_HISTORY_FILE, rng)
+        if i in late_index:
+            late[late_index[i]] = f
+        else:
             write(landing.root, f.path, f.content)
     subject_run(lakehouse, landing, "Tool01")
     times = {}
@@ -161,55 +168,14 @@ def renotify(root: Path) -> dict[str, float]:
 
 
 def steady_state(root: Path) -> dict[str, float]:
+    """Files arrive at STEADY_RATE an hour for STEADY_SECONDS, round-robin over the tools,
+    each a 4-hour report. Every STEADY_TICK_SECONDS the real sensor ticks; its run requests
+    go through a queue that does what the instance's run coordinator does (at most
+    max_concurrent_runs at once, one run per subject tag, a run key launches once), and
+    each run is its own `dagster asset materialize` process, as the daemon launches it.
+    The sensor ticks at its own minimum interval. Measured: files per hour from the first
+    delivery until the last file is ingested, and how long that took after the last one."""
     lakehouse, landing = deployment(root)
-    rng = random.Random(4)
-    subjects = [f"Tool{i:02d}" for i in range(1, STEADY_SUBJECTS + 1)]
-    resources = {"landing": landing, "lakehouse": lakehouse, "telemetry": SETTINGS}
-    delivered = 0
-    with dg.instance_for_test() as instance:
-        cursor = None
-        start = time.perf_counter()
-        for tick in range(STEADY_TICKS):
-            batch: list[ReportFile] = [
-                report(s, START + dt.timedelta(hours=4 * tick), STEADY_ROWS, rng) for s in subjects
-            ]
-            for f in batch:
-                write(landing.root, f.path, f.content)
-            delivered += len(batch)
-            with dg.build_sensor_context(
-                instance=instance, cursor=cursor, resources=resources
-            ) as c:
-                result = telemetry_files(c)
-            cursor = result.cursor
-            for request in result.dynamic_partitions_requests:
-                instance.add_dynamic_partitions(
-                    request.partitions_def_name, list(request.partition_keys)
-                )
-            for request in result.run_requests:
-                dg.materialize(
-                    telemetry_assets,
-                    partition_key=request.partition_key,
-                    resources=resources,
-                    instance=instance,
-                    tags=request.tags,
-                )
-        elapsed = time.perf_counter() - start
-    runs = STEADY_TICKS * STEADY_SUBJECTS
-    return {
-        "files": delivered,
-        "seconds": elapsed,
-        "runs": runs,
-        "files_per_hour": delivered / elapsed * 3600,
-    }
-
-
-def run_process(root: Path, files_per_run: int) -> dict[str, float]:
-    """One `dagster asset materialize` process for a subject with `files_per_run` files."""
-    lakehouse, landing = deployment(root)
-    rng = random.Random(5)
-    for i in range(files_per_run):
-        f = report("Tool01", START + dt.timedelta(hours=4 * i), STEADY_ROWS, rng)
-        write(landing.root, f.path, f.content)
     home = root / "dagster"
     home.mkdir()
     (home / "dagster.yaml").write_text((ROOT / "platform" / "dagster.yaml").read_text())
@@ -219,8 +185,86 @@ def run_process(root: Path, files_per_run: int) -> dict[str, float]:
         "LAKEHOUSE_ROOT": lakehouse.root,
         "LANDING_ROOT": landing.root,
     }
+    resources = {"landing": landing, "lakehouse": lakehouse, "telemetry": TelemetrySettings()}
+    rng = random.Random(4)
+    logs = root / "logs"
+    logs.mkdir()
+    delivered = launched = 0
+    run_seconds: list[float] = []
+    seen_keys: set[str] = set()
+    queue: list[str] = []
+    running: dict[str, tuple[subprocess.Popen, float]] = {}
+    cursor = None
+    last_tick = -float("inf")
+    interval = telemetry_files.minimum_interval_seconds or 30
+    requests: list[dg.RunRequest] = []
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        instance.add_dynamic_partitions("subjects", ["Tool01"])
+        slots = instance.get_concurrency_config().run_queue_config.max_concurrent_runs
+        start = time.perf_counter()
+        while True:
+            elapsed = time.perf_counter() - start
+            arriving = elapsed < STEADY_SECONDS
+            if arriving:
+                for n in range(delivered, int(STEADY_RATE * elapsed / 3600)):
+                    tool = f"Tool{n % STEADY_SUBJECTS + 1:02d}"
+                    at = START + dt.timedelta(hours=4 * (n // STEADY_SUBJECTS))
+                    f = report(tool, at, STEADY_ROWS, rng)
+                    write(landing.root, f.path, f.content)
+                    delivered += 1
+            requests = []
+            if time.perf_counter() - last_tick >= interval:
+                last_tick = time.perf_counter()
+                with dg.build_sensor_context(
+                    instance=instance, cursor=cursor, resources=resources
+                ) as context:
+                    result = telemetry_files(context)
+                cursor, requests = result.cursor, result.run_requests
+                for add in result.dynamic_partitions_requests:
+                    instance.add_dynamic_partitions(
+                        add.partitions_def_name, list(add.partition_keys)
+                    )
+            for request in requests:
+                if request.run_key not in seen_keys and request.partition_key not in queue:
+                    seen_keys.add(request.run_key)
+                    queue.append(request.partition_key)
+            for subject, (process, started) in list(running.items()):
+                if process.poll() is not None:
+                    if process.returncode != 0:
+                        raise RuntimeError(f"run for {subject} failed: see {logs}/{subject}.log")
+                    run_seconds.append(time.perf_counter() - started)
+                    del running[subject]
+            for subject in [s for s in queue if s not in running]:
+                if len(running) >= slots:
+                    break
+                queue.remove(subject)
+                running[subject] = (run_materialize(subject, env, logs), time.perf_counter())
+                launched += 1
+            idle = not (arriving or queue or running)
+            if idle and time.perf_counter() - last_tick < 1 and not requests:
+                break  # a tick just now, after everything ran, found nothing left to do
+            if idle:
+                last_tick = -float("inf")  # tick now rather than wait: the measure ends here
+            time.sleep(QUEUE_POLL_SECONDS)
+        elapsed = time.perf_counter() - start
+    states = control.file_states(lakehouse).values()
+    ingested = sum(1 for s in states if s.status == "ingested")
+    rows = lakehouse.count(control.RAW)
+    if (ingested, rows) != (delivered, delivered * STEADY_ROWS):
+        raise RuntimeError(
+            f"ingested {ingested} of {delivered} files, {rows} of {delivered * STEADY_ROWS} rows"
+        )
+    return {
+        "files": delivered,
+        "seconds": elapsed,
+        "drain_seconds": elapsed - STEADY_SECONDS,
+        "runs": launched,
+        "slots": slots,
+        "run_seconds": statistics.median(run_seconds),
+        "files_per_hour": delivered / elapsed * 3600,
+    }
+
+
+def run_materialize(subject: str, env: dict[str, str], logs: Path) -> subprocess.Popen:
     command = [
         sys.executable,
         "-m",
@@ -232,17 +276,10 @@ def run_process(root: Path, files_per_run: int) -> dict[str, float]:
         "--select",
         "telemetry_raw,telemetry_running_totals,telemetry_hourly",
         "--partition",
-        "Tool01",
+        subject,
     ]
-    start = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr[-2000:])
-    rows = lakehouse.read_arrow(control.RAW).num_rows
-    if rows != files_per_run * STEADY_ROWS:
-        raise RuntimeError(f"the run ingested {rows} rows, expected {files_per_run * STEADY_ROWS}")
-    return {"seconds": elapsed, "files": files_per_run}
+    log = (logs / f"{subject}.log").open("ab")
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def verdict(ok: bool) -> str:
@@ -283,20 +320,18 @@ def main() -> int:
 
         steady = steady_state(tmp_path / "steady")
         print(
-            f"4. steady state, {STEADY_SUBJECTS} tools x {STEADY_TICKS} ticks, "
-            f"{STEADY_ROWS}-row 4-hour files, one run per tool per tick:"
+            f"4. steady state: {STEADY_SUBJECTS} tools, {STEADY_ROWS}-row 4-hour files arriving "
+            f"at {STEADY_RATE:,} an hour for {STEADY_SECONDS} s; each run its own process, "
+            f"{steady['slots']} at a time:"
         )
         print(
-            f"   {steady['files']} files in {steady['seconds']:.1f} s in one warm process "
-            f"-> {steady['files_per_hour']:,.0f} files/hour"
+            f"   {steady['files']} files ingested in {steady['seconds']:.0f} s "
+            f"(drained {steady['drain_seconds']:.0f} s after the last arrival), "
+            f"{steady['runs']} runs, median run {steady['run_seconds']:.1f} s "
+            f"-> {steady['files_per_hour']:,.0f} files/hour "
+            f"(target 5,000, {verdict(steady['files_per_hour'] >= 5_000)})"
         )
-        for files_per_run in (1, 20):
-            process = run_process(tmp_path / f"process{files_per_run}", files_per_run)
-            per_hour = files_per_run / process["seconds"] * 3600
-            print(
-                f"   one run as its own process (no Spark started), {files_per_run} file(s): "
-                f"{process['seconds']:.2f} s -> {per_hour:,.0f} files/hour per run slot"
-            )
+        failed |= steady["files_per_hour"] < 5_000
     print("FAIL" if failed else "PASS")
     return 1 if failed else 0
 
