@@ -1,6 +1,7 @@
 """The main job: generate visits, materialize every week and day on the Dagster instance
 under DAGSTER_HOME, deliver late files, let the sensor pick the dirty partitions, run only
-those, and report. Run twice: the tables come out identical."""
+those, and report; then the same for telemetry report files (demo/telemetry.py). Run twice:
+the tables come out identical."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from assets.overwriting import visits_daily, visits_weekly
 from assets.overwriting.calendar import week_start
 from assets.overwriting.data_overwrite import VISITS_DAILY
 from assets.overwriting.exposition import read_visits
+from demo import telemetry
 from demo.generate import DAYS, write_initial_files, write_late_files
 from sensors import visits_late_files
 
@@ -147,9 +149,11 @@ def main() -> int:
     )
     same = sorted(daily_rows) == sorted(exposed)
     print(f"   Daily table and weekly exposition hold the same visits: {'yes' if same else 'NO'}")
-    print("   Run `make demo` again: versions move on, checksums stay identical.")
-    print(f"\nDone in {time.monotonic() - started:.0f} s. `make dev` shows these runs in the UI.")
-    return 0 if same else 1
+    print()
+    exact = telemetry.run(resources, instance)
+    print("\nRun `make demo` again: versions move on, checksums and totals stay identical.")
+    print(f"Done in {time.monotonic() - started:.0f} s. `make dev` shows these runs in the UI.")
+    return 0 if same and exact else 1
 
 
 if __name__ == "__main__":
