@@ -92,6 +92,15 @@ def test_the_instance_allows_one_run_per_telemetry_subject(tmp_path, monkeypatch
     } in limits
 
 
+def test_the_instance_re_executes_failed_runs(tmp_path, monkeypatch):
+    (tmp_path / "dagster.yaml").write_text((PROJECT_ROOT / "platform" / "dagster.yaml").read_text())
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    with dg.DagsterInstance.get() as instance:
+        assert instance.run_retries_enabled
+        assert instance.run_retries_max_retries == 2
+        assert instance.run_retries_retry_on_asset_or_op_failure
+
+
 def test_launchpad_runs_of_the_telemetry_job_carry_the_subject_tag():
     from assets.telemetry import SUBJECT_TAG, telemetry_job
 
