@@ -124,10 +124,10 @@ def parse_report(
 ) -> ReportRows:
     """Parse complete lines (`content` ends at a newline), numbering them from
     `first_line`. Raises ReportFileError naming file and line of the first problems."""
-    rows = _parse_well_formed(source, content, first_line=first_line, expect_header=expect_header)
+    rows = parse_well_formed(source, content, first_line=first_line, expect_header=expect_header)
     if rows is not None:
         return rows
-    return _parse_lines(source, content, first_line=first_line, expect_header=expect_header)
+    return parse_lines(source, content, first_line=first_line, expect_header=expect_header)
 
 
 _HEADER_LINE = (",".join(HEADER) + "\n").encode()
@@ -138,7 +138,7 @@ _STRICT_TS = (
 _STRICT_COUNT = r"^[0-9]{1,18}$"
 
 
-def _parse_well_formed(
+def parse_well_formed(
     source: str, content: bytes, *, first_line: int, expect_header: bool
 ) -> ReportRows | None:
     """The common case, vectorized in Arrow (a 25,000-row file in milliseconds, not a
@@ -185,9 +185,7 @@ def _parse_well_formed(
     )
 
 
-def _parse_lines(
-    source: str, content: bytes, *, first_line: int, expect_header: bool
-) -> ReportRows:
+def parse_lines(source: str, content: bytes, *, first_line: int, expect_header: bool) -> ReportRows:
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError as e:

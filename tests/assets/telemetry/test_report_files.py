@@ -10,9 +10,9 @@ from assets.telemetry.report_files import (
     ReportFileError,
     back_correction_start,
     complete_length,
-    _parse_lines,
-    _parse_well_formed,
+    parse_lines,
     parse_report,
+    parse_well_formed,
     plan_change,
     sha256,
 )
@@ -51,9 +51,9 @@ def test_the_vectorized_parser_reads_exactly_what_the_line_parser_reads(body):
     parser. Either way the rows are the line parser's."""
     for content, expect_header in ((HEAD + body, True), (body, False)):
         fast = parse_report("f.csv", content, first_line=1, expect_header=expect_header)
-        slow = _parse_lines("f.csv", content, first_line=1, expect_header=expect_header)
+        slow = parse_lines("f.csv", content, first_line=1, expect_header=expect_header)
         assert fast == slow
-    assert _parse_well_formed("f.csv", HEAD + L1 + L2 + L3, first_line=1, expect_header=True)
+    assert parse_well_formed("f.csv", HEAD + L1 + L2 + L3, first_line=1, expect_header=True)
 
 
 def test_a_half_written_last_line_is_not_complete():
