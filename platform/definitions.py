@@ -55,6 +55,7 @@ def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
         assets=[*overwriting.assets, *updates.assets, *telemetry.assets],
         jobs=[*overwriting.jobs, *maintenance.jobs, *telemetry.jobs],
         sensors=sensors,
+        schedules=telemetry.schedules,
         resources=build_resources(env),
         # One process per run: every step shares the run's one Spark session (the default
         # multiprocess executor would boot a JVM per step).

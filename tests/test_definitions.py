@@ -68,12 +68,14 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "freeze_visits_weeks",
         "restore_table",
         "vacuum_table",
+        "compact_tables",
         "telemetry_subject",
         "blacklist_telemetry_file",
         "reingest_telemetry_file",
         "release_quarantined_file",
     } <= jobs
     assert [s.name for s in defs.sensors] == ["visits_late_files", "telemetry_files"]
+    assert [s.name for s in defs.schedules] == ["compact_telemetry_tables"]
     resources = defs.resources
     assert resources["lakehouse"].root == str(tmp_path / "l")
     assert resources["landing"].root == str(PROJECT_ROOT / ".data" / "landing")
