@@ -11,6 +11,8 @@
    fixed rate; the real sensor ticks, and each run it asks for is its own `dagster asset
    materialize` process (what the daemon launches), as many at once as the instance
    allows. Files per hour until the last one is ingested. Target: >= 5,000.
+5. What Spark would add to a run: a run process alone against a process that boots a
+   local Spark session (telemetry runs start none).
 
 Timings on these 2-core machines are noisy: the ratios, taken within this one run, are
 the figures. Exits 1 if a bound fails. Run: `.venv/bin/python benchmarks/telemetry.py`.
@@ -282,6 +284,33 @@ def run_materialize(subject: str, env: dict[str, str], logs: Path) -> subprocess
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
+def process_seconds(root: Path) -> dict[str, float]:
+    """A run process alone (one subject, one file) against a process that starts a local
+    Spark session and runs a trivial job: what a run would pay if it booted Spark."""
+    lakehouse, landing = deployment(root)
+    home = root / "dagster"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((ROOT / "platform" / "dagster.yaml").read_text())
+    f = report("Tool01", START, STEADY_ROWS, random.Random(5))
+    write(landing.root, f.path, f.content)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_dynamic_partitions("subjects", ["Tool01"])
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "LAKEHOUSE_ROOT": lakehouse.root,
+        "LANDING_ROOT": landing.root,
+    }
+    start = time.perf_counter()
+    if run_materialize("Tool01", env, root).wait() != 0:
+        raise RuntimeError(f"the run failed: see {root}/Tool01.log")
+    run = time.perf_counter() - start
+    boot = "from resources import SparkResource; SparkResource().session().range(1).count()"
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", boot], cwd=ROOT, check=True, capture_output=True)
+    return {"run": run, "spark": time.perf_counter() - start}
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
@@ -332,6 +361,13 @@ def main() -> int:
             f"(target 5,000, {verdict(steady['files_per_hour'] >= 5_000)})"
         )
         failed |= steady["files_per_hour"] < 5_000
+
+        cost = process_seconds(tmp_path / "process")
+        print(
+            f"5. one run process alone: {cost['run']:.1f} s; a process that starts a local Spark "
+            f"session and runs a trivial job: {cost['spark']:.1f} s. Telemetry runs start no "
+            "Spark, so no long-lived Spark server is needed for them."
+        )
     print("FAIL" if failed else "PASS")
     return 1 if failed else 0
 
