@@ -178,15 +178,7 @@ def steady_state(root: Path) -> dict[str, float]:
     The sensor ticks at its own minimum interval. Measured: files per hour from the first
     delivery until the last file is ingested, and how long that took after the last one."""
     lakehouse, landing = deployment(root)
-    home = root / "dagster"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((ROOT / "platform" / "dagster.yaml").read_text())
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "LAKEHOUSE_ROOT": lakehouse.root,
-        "LANDING_ROOT": landing.root,
-    }
+    home, env = run_environment(root, lakehouse, landing)
     resources = {"landing": landing, "lakehouse": lakehouse, "telemetry": TelemetrySettings()}
     rng = random.Random(4)
     logs = root / "logs"
@@ -266,6 +258,22 @@ def steady_state(root: Path) -> dict[str, float]:
     }
 
 
+def run_environment(
+    root: Path, lakehouse: Lakehouse, landing: LandingZone
+) -> tuple[Path, dict[str, str]]:
+    """A Dagster home with the platform's instance config, and the environment a run
+    process of this deployment gets."""
+    home = root / "dagster"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((ROOT / "platform" / "dagster.yaml").read_text())
+    return home, {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "LAKEHOUSE_ROOT": lakehouse.root,
+        "LANDING_ROOT": landing.root,
+    }
+
+
 def run_materialize(subject: str, env: dict[str, str], logs: Path) -> subprocess.Popen:
     command = [
         sys.executable,
@@ -288,19 +296,11 @@ def process_seconds(root: Path) -> dict[str, float]:
     """A run process alone (one subject, one file) against a process that starts a local
     Spark session and runs a trivial job: what a run would pay if it booted Spark."""
     lakehouse, landing = deployment(root)
-    home = root / "dagster"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((ROOT / "platform" / "dagster.yaml").read_text())
+    home, env = run_environment(root, lakehouse, landing)
     f = report("Tool01", START, STEADY_ROWS, random.Random(5))
     write(landing.root, f.path, f.content)
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_dynamic_partitions("subjects", ["Tool01"])
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "LAKEHOUSE_ROOT": lakehouse.root,
-        "LANDING_ROOT": landing.root,
-    }
     start = time.perf_counter()
     if run_materialize("Tool01", env, root).wait() != 0:
         raise RuntimeError(f"the run failed: see {root}/Tool01.log")
