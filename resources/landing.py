@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
@@ -38,10 +38,23 @@ class LandedFile:
 
     fingerprint: Fingerprint
     content: bytes
+    prefix_sha256: Mapping[int, str] = field(default_factory=dict)
+    """SHA-256 of `content[:n]` for the prefix lengths the reader asked for."""
 
     @property
     def path(self) -> str:
         return self.fingerprint.path
+
+
+def prefix_digests(content: bytes, cuts: Sequence[int]) -> list[str]:
+    """SHA-256 of `content[:cut]` for each of the ascending `cuts`, in one pass over the
+    bytes and without copying them."""
+    view, digest, done, digests = memoryview(content), hashlib.sha256(), 0, []
+    for cut in cuts:
+        digest.update(view[done:cut])
+        done = cut
+        digests.append(digest.copy().hexdigest())
+    return digests
 
 
 def sources_digest(fingerprints: Iterable[Fingerprint]) -> str:
@@ -94,17 +107,23 @@ class LandingZone(dg.ConfigurableResource):
         with self._abs(path).open("rb") as f:
             return f.read(size)
 
-    def read(self, path: str) -> LandedFile:
+    def read(
+        self, path: str, *, prefixes: Callable[[bytes], Iterable[int]] | None = None
+    ) -> LandedFile:
+        """The file's bytes and hash. `prefixes(content)` names prefix lengths to hash as
+        well (e.g. what of a growing file was seen before): all hashes come from one pass
+        over the bytes, which matters for files of hundreds of megabytes."""
         full = self._abs(path)
         content = full.read_bytes()
         st = full.stat()
-        fingerprint = Fingerprint(
-            path=path,
-            size=len(content),
-            mtime_ns=st.st_mtime_ns,
-            sha256=hashlib.sha256(content).hexdigest(),
+        cuts = sorted(
+            {min(max(n, 0), len(content)) for n in (prefixes(content) if prefixes else ())}
         )
-        return LandedFile(fingerprint, content)
+        *prefix_hashes, sha256 = prefix_digests(content, [*cuts, len(content)])
+        fingerprint = Fingerprint(
+            path=path, size=len(content), mtime_ns=st.st_mtime_ns, sha256=sha256
+        )
+        return LandedFile(fingerprint, content, dict(zip(cuts, prefix_hashes, strict=True)))
 
     def fingerprint(
         self, stat: FileStat, known: Mapping[str, Fingerprint] | None = None

@@ -32,9 +32,9 @@ from assets.telemetry.report_files import (
     FileChange,
     ReportFileError,
     ReportRows,
+    hashed_prefixes,
     parse_report,
     plan_change,
-    sha256,
 )
 from assets.telemetry.settings import LANDING_PREFIX, REPORT_SUFFIX, TelemetrySettings
 from assets.telemetry.subjects import app_id, subject_of
@@ -198,7 +198,8 @@ class SubjectIngest:
         ):
             self.report.unchanged += 1
             return None
-        landed = self.landing.read(stat.path)
+        ingested_bytes = state.ingested_bytes if state and not reingest else 0
+        landed = self.landing.read(stat.path, prefixes=hashed_prefixes(ingested_bytes))
         content, content_hash = landed.content, landed.fingerprint.sha256
         stat = FileStat(stat.path, landed.fingerprint.size, landed.fingerprint.mtime_ns)
         # An operator released exactly this content from quarantine: apply it now.
@@ -224,10 +225,11 @@ class SubjectIngest:
         change = plan_change(
             source=stat.path,
             content=content,
-            ingested_bytes=state.ingested_bytes if state and not reingest else 0,
+            ingested_bytes=ingested_bytes,
             ingested_hash=state.ingested_hash if state and not reingest else None,
             logical_end=state.logical_end if state else None,
             window=self.settings.back_correction_window,
+            prefix_sha256=landed.prefix_sha256,
             force_rewrite=reingest,
         )
         if change is None:  # only a half-written line so far
@@ -286,7 +288,9 @@ class SubjectIngest:
         old = c.state
         new_rows = c.rows
         if c.change.kind == "append" and old is not None:
-            old_lines = c.content.count(b"\n", 0, old.ingested_bytes)
+            # Lines ingested before: those before the re-read part, plus its old lines.
+            old_lines = c.change.from_line - 1
+            old_lines += c.content.count(b"\n", c.change.from_byte, old.ingested_bytes)
             replaced = sum(1 for line in new_rows.line if line <= old_lines)
             row_count = old.rows - replaced + len(new_rows)
             starts = [t for t in (old.logical_start, new_rows.start) if t is not None]
@@ -317,7 +321,7 @@ class SubjectIngest:
             size=c.stat.size,
             mtime_ns=c.stat.mtime_ns,
             ingested_bytes=c.change.end_byte,
-            ingested_hash=sha256(c.content[: c.change.end_byte]),
+            ingested_hash=c.change.end_hash,
             logical_start=min(starts) if starts else None,
             logical_end=max(ends) if ends else None,
             rows=row_count,

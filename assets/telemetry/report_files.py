@@ -15,7 +15,7 @@ names the line of every problem.
 import datetime as dt
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -39,6 +39,12 @@ def sha256(content: bytes) -> str:
 def complete_length(content: bytes) -> int:
     """Bytes up to and including the last newline: the complete lines of the file."""
     return content.rfind(b"\n") + 1
+
+
+def hashed_prefixes(ingested_bytes: int) -> Callable[[bytes], list[int]]:
+    """The prefix lengths `plan_change` needs hashed, for `LandingZone.read(prefixes=)`:
+    what was ingested of the file before, and its complete lines now."""
+    return lambda content: [ingested_bytes, complete_length(content)]
 
 
 def to_micros(ts: dt.datetime) -> int:
@@ -247,6 +253,8 @@ class FileChange:
     from_byte: int
     from_line: int
     end_byte: int
+    end_hash: str
+    """SHA-256 of the file's first `end_byte` bytes: what is ingested once this is."""
 
     @property
     def expect_header(self) -> bool:
@@ -279,23 +287,22 @@ def plan_change(
     ingested_hash: str | None,
     logical_end: dt.datetime | None,
     window: dt.timedelta,
+    prefix_sha256: Mapping[int, str],
     force_rewrite: bool = False,
 ) -> FileChange | None:
     """What to ingest of `content` given what was ingested of the file before (its first
-    `ingested_bytes`, hashing to `ingested_hash`). None: no new complete line."""
+    `ingested_bytes`, hashing to `ingested_hash`); `prefix_sha256` holds the hashes of
+    the prefixes `hashed_prefixes` names. None: no new complete line."""
     end = complete_length(content)
+    end_hash = prefix_sha256[end]
     if ingested_hash is None:
-        return FileChange(source, "new", 0, 1, end) if end else None
-    is_append = (
-        not force_rewrite
-        and len(content) >= ingested_bytes
-        and sha256(content[:ingested_bytes]) == ingested_hash
-    )
-    if not is_append:
-        return FileChange(source, "rewrite", 0, 1, end)
+        return FileChange(source, "new", 0, 1, end, end_hash) if end else None
+    grown = not force_rewrite and end >= ingested_bytes
+    if not (grown and prefix_sha256[ingested_bytes] == ingested_hash):
+        return FileChange(source, "rewrite", 0, 1, end, end_hash)
     if end == ingested_bytes:
         return None
     if logical_end is None:  # nothing but the header so far
-        return FileChange(source, "append", 0, 1, end)
+        return FileChange(source, "append", 0, 1, end, end_hash)
     from_byte, from_line = back_correction_start(content, ingested_bytes, logical_end, window)
-    return FileChange(source, "append", from_byte, from_line, end)
+    return FileChange(source, "append", from_byte, from_line, end, end_hash)

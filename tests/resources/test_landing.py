@@ -1,4 +1,6 @@
+import hashlib
 import os
+from pathlib import Path
 
 import pytest
 
@@ -39,3 +41,17 @@ def test_digest_ignores_order_and_mtimes_but_not_content(landing, write_visits):
 def test_paths_cannot_leave_the_landing_zone(landing):
     with pytest.raises(ValueError, match="leaves the landing zone"):
         landing.read("../outside.jsonl")
+
+
+def test_read_hashes_the_prefixes_asked_for_with_the_file(landing):
+    content = b"ts,in_spec\n2024-05-01T00:00:00Z,1\n2024-05"
+    path = Path(landing.root) / "telemetry" / "Tool01" / "a.csv"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    landed = landing.read(
+        "telemetry/Tool01/a.csv", prefixes=lambda c: [11, c.rfind(b"\n") + 1, 10**6]
+    )
+    assert landed.fingerprint.sha256 == hashlib.sha256(content).hexdigest()
+    assert landed.prefix_sha256 == {
+        n: hashlib.sha256(content[:n]).hexdigest() for n in (11, 34, len(content))
+    }

@@ -10,6 +10,7 @@ from assets.telemetry.report_files import (
     ReportFileError,
     back_correction_start,
     complete_length,
+    hashed_prefixes,
     parse_lines,
     parse_report,
     parse_well_formed,
@@ -85,52 +86,47 @@ def test_a_wrong_header_is_named():
         parse_report("f.csv", b"time,a,b,c\n" + L1, first_line=1, expect_header=True)
 
 
+def plan(content: bytes, ingested: bytes | None, logical_end: dt.datetime | None = None):
+    """plan_change for a file now holding `content` whose `ingested` bytes were ingested
+    before (None: never), with its prefixes hashed as `LandingZone.read` hashes them."""
+    ingested_bytes = len(ingested) if ingested is not None else 0
+    cuts = hashed_prefixes(ingested_bytes)(content)
+    return plan_change(
+        source="f",
+        content=content,
+        ingested_bytes=ingested_bytes,
+        ingested_hash=sha256(ingested) if ingested is not None else None,
+        logical_end=logical_end,
+        window=WINDOW,
+        prefix_sha256={cut: sha256(content[:cut]) for cut in cuts},
+    )
+
+
 def test_plan_new_append_rewrite_and_nothing_new():
     old = HEAD + L1 + L2
-    new = plan_change(
-        source="f",
-        content=old,
-        ingested_bytes=0,
-        ingested_hash=None,
-        logical_end=None,
-        window=WINDOW,
+    new = plan(old, None)
+    assert (new.kind, new.from_byte, new.end_byte, new.end_hash) == (
+        "new",
+        0,
+        len(old),
+        sha256(old),
     )
-    assert (new.kind, new.from_byte, new.end_byte) == ("new", 0, len(old))
 
     end = dt.datetime(2024, 5, 1, 0, 0, 1, tzinfo=dt.UTC)
-    grown = old + L3 + b"2024-05"
-    append = plan_change(
-        source="f",
-        content=grown,
-        ingested_bytes=len(old),
-        ingested_hash=sha256(old),
-        logical_end=end,
-        window=WINDOW,
-    )
+    append = plan(old + L3 + b"2024-05", old, end)
     # Back-correction: L1 and L2 are within 5 s of the previous end, so both are re-read.
     assert (append.kind, append.from_line, append.end_byte) == ("append", 2, len(old + L3))
+    assert append.end_hash == sha256(old + L3)  # the half-written line is not part of it
 
-    rewritten = plan_change(
-        source="f",
-        content=HEAD + L3,
-        ingested_bytes=len(old),
-        ingested_hash=sha256(old),
-        logical_end=end,
-        window=WINDOW,
+    rewritten = plan(HEAD + L3, old, end)
+    assert (rewritten.kind, rewritten.from_byte, rewritten.end_hash) == (
+        "rewrite",
+        0,
+        sha256(HEAD + L3),
     )
-    assert (rewritten.kind, rewritten.from_byte) == ("rewrite", 0)
-
-    assert (
-        plan_change(
-            source="f",
-            content=old + b"2024",
-            ingested_bytes=len(old),
-            ingested_hash=sha256(old),
-            logical_end=end,
-            window=WINDOW,
-        )
-        is None
-    )
+    shrunk = plan(HEAD, old, end)
+    assert (shrunk.kind, shrunk.end_byte) == ("rewrite", len(HEAD))
+    assert plan(old + b"2024", old, end) is None
 
 
 def test_back_correction_stops_at_the_first_line_older_than_the_window():
