@@ -43,6 +43,7 @@ from assets.telemetry.derive import reconcile_hourly, reconcile_totals  # noqa: 
 from assets.telemetry.ingest import SubjectIngest  # noqa: E402
 from resources import Lakehouse, LandingZone, SparkResource  # noqa: E402
 from sensors import telemetry_files  # noqa: E402
+from sensors.ticks import evaluate_tick  # noqa: E402
 
 # A subject's history: weeks of a busy tool (DESIGN.md: 20 tools, a few thousand files an
 # hour). Per-run fixed costs (a handful of Delta commits, ~0.2 s) are the same whatever
@@ -149,14 +150,10 @@ def renotify(root: Path) -> dict[str, float]:
         resources = {"landing": landing, "lakehouse": lakehouse, "telemetry": SETTINGS}
 
         def tick(cursor):
-            with dg.build_sensor_context(
-                instance=instance, cursor=cursor, resources=resources
-            ) as c:
-                return telemetry_files(c)
+            return evaluate_tick(telemetry_files, instance, cursor, resources)
 
         first = tick(None)
         for key in {f.subject for f in files}:
-            instance.add_dynamic_partitions("subjects", [key])
             subject_run(lakehouse, landing, key)
         settled = tick(first.cursor)
         for f in files:  # re-notified: touched, unchanged
@@ -211,15 +208,8 @@ def steady_state(root: Path) -> dict[str, float]:
             requests = []
             if time.perf_counter() - last_tick >= interval:
                 last_tick = time.perf_counter()
-                with dg.build_sensor_context(
-                    instance=instance, cursor=cursor, resources=resources
-                ) as context:
-                    result = telemetry_files(context)
+                result = evaluate_tick(telemetry_files, instance, cursor, resources)
                 cursor, requests = result.cursor, result.run_requests
-                for add in result.dynamic_partitions_requests:
-                    instance.add_dynamic_partitions(
-                        add.partitions_def_name, list(add.partition_keys)
-                    )
             for request in requests:
                 if request.run_key not in seen_keys and request.partition_key not in queue:
                     seen_keys.add(request.run_key)

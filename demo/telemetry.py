@@ -14,6 +14,7 @@ import dagster as dg
 from assets.telemetry import assets as telemetry_assets
 from assets.telemetry import control
 from sensors import telemetry_files
+from sensors.ticks import evaluate_tick
 
 SUBJECTS = ["Tool01", "Tool02", 'Line 3 "north"']  # a folder name with a space and quotes
 FILES_PER_SUBJECT, ROWS_PER_FILE = 12, 240
@@ -61,15 +62,8 @@ class Telemetry:
         self.cursor: str | None = None
 
     def tick(self) -> list[dg.RunRequest]:
-        with dg.build_sensor_context(
-            instance=self.instance, cursor=self.cursor, resources=self.resources
-        ) as context:
-            result = telemetry_files(context)
+        result = evaluate_tick(telemetry_files, self.instance, self.cursor, self.resources)
         self.cursor = result.cursor
-        for request in result.dynamic_partitions_requests:
-            self.instance.add_dynamic_partitions(
-                request.partitions_def_name, list(request.partition_keys)
-            )
         return list(result.run_requests)
 
     def run_requested(self) -> None:

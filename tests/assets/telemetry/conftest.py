@@ -13,6 +13,7 @@ from assets.telemetry import TelemetrySettings, control, subjects
 from assets.telemetry import assets as TELEMETRY_ASSETS
 from resources import Lakehouse, LandingZone
 from sensors import telemetry_files
+from sensors.ticks import evaluate_tick
 
 
 class Deployment:
@@ -43,15 +44,8 @@ class Deployment:
         write(self.landing.root, path, content)
 
     def tick(self) -> dg.SensorResult:
-        with dg.build_sensor_context(
-            instance=self.instance, cursor=self.cursor, resources=self.resources
-        ) as context:
-            result = telemetry_files(context)
+        result = evaluate_tick(telemetry_files, self.instance, self.cursor, self.resources)
         self.cursor = result.cursor
-        for request in result.dynamic_partitions_requests:
-            self.instance.add_dynamic_partitions(
-                request.partitions_def_name, list(request.partition_keys)
-            )
         return result
 
     def materialize(self, subject: str, tags: dict | None = None) -> dg.ExecuteInProcessResult:
