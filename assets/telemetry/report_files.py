@@ -13,7 +13,6 @@ names the line of every problem.
 """
 
 import datetime as dt
-import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,10 +29,6 @@ COUNTS = HEADER[1:]
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _DIGITS = re.compile(r"^[0-9]+$")
 _NEGATIVE = re.compile(r"^-[0-9]+$")
-
-
-def sha256(content: bytes) -> str:
-    return hashlib.sha256(content).hexdigest()
 
 
 def complete_length(content: bytes) -> int:

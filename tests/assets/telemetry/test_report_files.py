@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 
 import pytest
 
@@ -15,7 +16,6 @@ from assets.telemetry.report_files import (
     parse_report,
     parse_well_formed,
     plan_change,
-    sha256,
 )
 
 HEAD = b"ts,in_spec,out_of_spec,mispicks\n"
@@ -23,6 +23,10 @@ L1 = b"2024-05-01T00:00:00Z,1,0,0\n"
 L2 = b"2024-05-01T02:00:01+02:00,2,1,0\n"  # 00:00:01 UTC
 L3 = b"2024-05-01T00:00:09Z,3,0,1\n"
 WINDOW = dt.timedelta(seconds=5)
+
+
+def sha256(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
 
 
 def test_offsets_normalize_to_utc_and_lines_are_numbered_from_the_header():
