@@ -171,12 +171,12 @@ def renotify(root: Path) -> dict[str, float]:
 
 def steady_state(root: Path) -> dict[str, float]:
     """Files arrive at STEADY_RATE an hour for STEADY_SECONDS, round-robin over the tools,
-    each a 4-hour report. Every STEADY_TICK_SECONDS the real sensor ticks; its run requests
+    each a 4-hour report. The real sensor ticks at its own minimum interval; its run requests
     go through a queue that does what the instance's run coordinator does (at most
     max_concurrent_runs at once, one run per subject tag, a run key launches once), and
     each run is its own `dagster asset materialize` process, as the daemon launches it.
-    The sensor ticks at its own minimum interval. Measured: files per hour from the first
-    delivery until the last file is ingested, and how long that took after the last one."""
+    Measured: files per hour from the first delivery until the last file is ingested, and
+    how long that took after the last one."""
     lakehouse, landing = deployment(root)
     home, env = run_environment(root, lakehouse, landing)
     resources = {"landing": landing, "lakehouse": lakehouse, "telemetry": TelemetrySettings()}
@@ -281,8 +281,8 @@ def run_materialize(subject: str, env: dict[str, str], logs: Path) -> subprocess
         "--partition",
         subject,
     ]
-    log = (logs / f"{subject}.log").open("ab")
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with (logs / f"{subject}.log").open("ab") as log:  # the child keeps its own handle
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def process_seconds(root: Path) -> dict[str, float]:
