@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@# Spark needs Java 17+: stop here with what to install rather than fail deep in a run.
 	@$(PY) -c 'from resources.spark import ensure_java; print("Java for Spark:", ensure_java())'
+	@# Delta Lake (and hadoop-aws for s3://) from Maven Central, once, into a cache that
+	@# every later run reuses without touching the network.
+	$(PY) -m resources.spark_packages
 	touch $(STAMP)
 
 $(DAGSTER_HOME)/dagster.yaml: platform/dagster.yaml

@@ -11,6 +11,8 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import PrivateAttr
 
+from resources.spark_packages import delta_packages, resolved_jars
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -79,8 +81,8 @@ class SparkResource(dg.ConfigurableResource):
     shuffle_partitions: int = 4
     ui_enabled: bool = False
     delta_jars: str = ""
-    """Comma-separated Delta Lake jar files; when set, Spark loads them and the Delta SQL
-    extension (needed by the delta-spark engine)."""
+    """Comma-separated Delta Lake jar files (DELTA_SPARK_JARS), for clusters without Maven
+    access; empty: the `io.delta:delta-spark` package set-up resolved into its cache."""
     extra_config: dict[str, str] = {}
 
     _lazy: LazyPySparkResource | None = PrivateAttr(default=None)
@@ -95,13 +97,20 @@ class SparkResource(dg.ConfigurableResource):
             "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
             "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
             "spark.sql.execution.arrow.pyspark.enabled": "true",
+            # Delta rebuilds a table's state from its log in this many tasks (default 50):
+            # sized like the shuffles, so a small table's commit is not 50 tiny tasks.
+            "spark.databricks.delta.snapshotPartitions": str(self.shuffle_partitions),
+            # VACUUM lists a table's files in this many tasks (Spark's default: 10,000).
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(
+                self.shuffle_partitions
+            ),
         }
         if self.master.startswith("local"):
             config["spark.driver.memory"] = "4g"
-        if self.delta_jars:
-            config["spark.jars"] = self.delta_jars
-            config["spark.sql.extensions"] = DELTA_EXTENSION
-            config["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
+        # Every session speaks Delta: the delta-spark engine, and readers of any table.
+        config["spark.jars"] = self.delta_jars or ",".join(resolved_jars(delta_packages()))
+        config["spark.sql.extensions"] = DELTA_EXTENSION
+        config["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
         config.update(self.extra_config)
         return config
 

@@ -33,9 +33,18 @@ def spark(spark_session) -> SparkResource:
     return spark_resource()
 
 
+ENGINES = ["delta-rs", pytest.param("delta-spark", marks=pytest.mark.delta_spark)]
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request) -> str:
+    """Every test that touches the lakehouse runs once per Delta engine."""
+    return request.param
+
+
 @pytest.fixture
-def lakehouse(tmp_path: Path, spark: SparkResource) -> Lakehouse:
-    return Lakehouse(root=str(tmp_path / "lakehouse"), spark=spark)
+def lakehouse(tmp_path: Path, spark: SparkResource, engine: str) -> Lakehouse:
+    return Lakehouse(root=str(tmp_path / "lakehouse"), engine=engine, spark=spark)
 
 
 @pytest.fixture

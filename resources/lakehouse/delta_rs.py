@@ -71,9 +71,6 @@ _CREATION_RACE_DEPTH = 50
 
 
 class DeltaRsEngine(port.DeltaEngine):
-    # After an operation the table object's snapshot is the commit it made.
-    reports_own_commits = True
-
     def __init__(
         self,
         *,

@@ -1,16 +1,22 @@
-"""delta-spark engine: Delta transactions run by the Spark cluster (DeltaTable API).
+"""delta-spark engine: Delta transactions run by Spark, on the cluster's executors.
 
-Used where Spark has the Delta jars on its classpath (a cluster that ships them, or jar
-files named by DELTA_SPARK_JARS): data never passes through this process. Written against
-delta-spark's documented Python API; its contract tests skip when the jars are absent.
+Data is read and written by Spark (DataFrame reads and writes, Delta SQL for MERGE,
+DELETE, RESTORE, OPTIMIZE, VACUUM), so a table's rows never pass through this process.
+Only SQL and DataFrame writes are used, not the `DeltaTable` Python API: they are the
+surface classic sessions and Spark Connect share (Delta's own Connect client needs a
+server plugin that is not published where our machines fetch packages).
+
+Facts of the transaction log (does a table exist, its version, history, app
+transactions, the files a version references) are read by delta-rs from storage: they
+are small, need no Spark job, and this way sensors never start a JVM.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -27,36 +33,41 @@ _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+# New tables take `delta.<name>` properties from these session defaults.
+_PROPERTY_DEFAULTS = "spark.databricks.delta.properties.defaults."
 _SAFE_PATH = re.compile(r"^[^`]+$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-# DeltaTable operations (MERGE, DELETE, RESTORE, OPTIMIZE) take commit metadata and app
-# transactions only from session configuration, which all threads of a session share.
+# Commit metadata, app transactions and new-table properties reach Delta's SQL commands
+# only through session configuration, which all threads of a session share.
 _session_conf_lock = threading.Lock()
 
 
+def _table_ref(table: str) -> str:
+    if not _SAFE_PATH.match(table):
+        raise port.LakehouseError(f"Delta table path {table!r} contains a backtick")
+    return f"delta.`{table}`"
+
+
+def _column(name: str) -> str:
+    if not _IDENTIFIER.match(name):
+        raise port.LakehouseError(f"column name {name!r} is not a plain identifier")
+    return name
+
+
 class DeltaSparkEngine(port.DeltaEngine):
-    def __init__(self, *, spark: Callable[[], SparkSession]) -> None:
+    def __init__(
+        self,
+        *,
+        spark: Callable[[], SparkSession],
+        storage_options: Mapping[str, str] | None = None,
+    ) -> None:
         self._spark = spark
-        # Log-level facts (app transactions, the files a version references) have no public
-        # delta-spark API; delta-rs reads the same transaction log without touching data.
-        self._log_reader = DeltaRsEngine()
-
-    def _delta_table(self, table: str) -> Any:
-        from delta.tables import DeltaTable
-
-        if not self.exists(table):
-            raise port.TableNotFoundError(table)
-        return DeltaTable.forPath(self._spark(), table)
+        self._log = DeltaRsEngine(storage_options=storage_options)
 
     @contextmanager
-    def _session_conf(
-        self, metadata: Mapping[str, Any], app_transaction: port.AppTransaction | None = None
-    ) -> Iterator[None]:
+    def _session_conf(self, settings: Mapping[str, str]) -> Iterator[None]:
         conf = self._spark().conf
-        settings = {_USER_METADATA: json.dumps(dict(metadata), sort_keys=True, default=str)}
-        if app_transaction:
-            settings[_TXN_APP_ID] = app_transaction.app_id
-            settings[_TXN_VERSION] = str(app_transaction.version)
         with _session_conf_lock:
             for key, value in settings.items():
                 conf.set(key, value)
@@ -66,15 +77,74 @@ class DeltaSparkEngine(port.DeltaEngine):
                 for key in settings:
                     conf.unset(key)
 
-    def exists(self, table: str) -> bool:
-        from delta.tables import DeltaTable
+    def _commit_conf(
+        self,
+        metadata: Mapping[str, Any],
+        app_transaction: port.AppTransaction | None = None,
+        table_properties: Mapping[str, str] | None = None,
+    ) -> dict[str, str]:
+        settings = {_USER_METADATA: _metadata_json(metadata)}
+        if app_transaction:
+            settings[_TXN_APP_ID] = app_transaction.app_id
+            settings[_TXN_VERSION] = str(app_transaction.version)
+        for key, value in (table_properties or {}).items():
+            settings[_PROPERTY_DEFAULTS + key.removeprefix("delta.")] = value
+        return settings
 
-        return DeltaTable.isDeltaTable(self._spark(), table)
+    def _own_commit(
+        self, table: str, metadata: Mapping[str, Any], app_transaction: port.AppTransaction | None
+    ) -> port.HistoryEntry | None:
+        """The commit carrying this operation's token. Spark skips a write whose app
+        transaction the table already holds (a concurrent writer with the same version got
+        there first): that is a stale write, refused like the engines' pre-check refuses it."""
+        for limit in (20, 200):
+            for entry in self._log.history(table, limit=limit):
+                if entry.metadata.get("commit_token") == metadata.get("commit_token"):
+                    return entry
+        if app_transaction is not None:
+            current = self._log.app_transaction_version(table, app_transaction.app_id)
+            port.require_advance(table, app_transaction, current)
+        return None
+
+    def _require_advance(self, table: str, app_transaction: port.AppTransaction | None) -> None:
+        if app_transaction:
+            current = self._log.app_transaction_version(table, app_transaction.app_id)
+            port.require_advance(table, app_transaction, current)
+
+    def _frame(self, data: port.Data) -> DataFrame:
+        import pyarrow as pa
+
+        if isinstance(data, pa.RecordBatchReader):
+            data = data.read_all()
+        return self._spark().createDataFrame(data) if isinstance(data, pa.Table) else data
+
+    # -- log-level reads (delta-rs, no Spark job) ---------------------------------------
+
+    def exists(self, table: str) -> bool:
+        return self._log.exists(table)
 
     def version(self, table: str) -> int | None:
-        if not self.exists(table):
-            return None
-        return int(self._delta_table(table).history(1).select("version").first()[0])
+        return self._log.version(table)
+
+    def history(self, table: str, *, limit: int | None = None) -> list[port.HistoryEntry]:
+        return self._log.history(table, limit=limit)
+
+    def app_transaction_version(self, table: str, app_id: str) -> int | None:
+        return self._log.app_transaction_version(table, app_id)
+
+    def app_transaction_versions(self, table: str, app_ids: Sequence[str]) -> dict[str, int]:
+        return self._log.app_transaction_versions(table, app_ids)
+
+    def missing_files(self, table: str, version: int) -> list[str]:
+        return self._log.missing_files(table, version)
+
+    def read_arrow(
+        self, table: str, *, version: int | None = None, where: Predicate | None = None
+    ) -> pa.Table:
+        # The port's in-process read, for control tables and other small reads.
+        return self._log.read_arrow(table, version=version, where=where)
+
+    # -- data reads (Spark) -------------------------------------------------------------
 
     def read(
         self, table: str, *, version: int | None = None, where: Predicate | None = None
@@ -87,20 +157,10 @@ class DeltaSparkEngine(port.DeltaEngine):
         frame = reader.load(table)
         return frame.where(where.render("spark")) if where is not None else frame
 
-    def read_arrow(
-        self, table: str, *, version: int | None = None, where: Predicate | None = None
-    ) -> pa.Table:
-        return self.read(table, version=version, where=where).toArrow()
-
     def count(self, table: str, *, where: Predicate | None = None) -> int:
         return self.read(table, where=where).count()
 
-    def _frame(self, data: port.Data) -> DataFrame:
-        import pyarrow as pa
-
-        if isinstance(data, pa.RecordBatchReader):
-            data = data.read_all()
-        return self._spark().createDataFrame(data) if isinstance(data, pa.Table) else data
+    # -- writes (Spark) -----------------------------------------------------------------
 
     def write(
         self,
@@ -115,16 +175,8 @@ class DeltaSparkEngine(port.DeltaEngine):
         app_transaction: port.AppTransaction | None,
     ) -> port.HistoryEntry | None:
         frame = self._frame(data)
-        exists = self.exists(table)
         self._require_advance(table, app_transaction)
-        if not exists and table_properties:
-            self._create(table, frame, partition_by, table_properties)
-            exists = True
-        writer = (
-            frame.write.format("delta")
-            .mode(mode)
-            .option("userMetadata", json.dumps(dict(metadata), sort_keys=True, default=str))
-        )
+        writer = frame.write.format("delta").mode(mode).option("userMetadata", _metadata_json(metadata))
         # Predicate and partitioning go with every write, creating ones included (a
         # concurrent writer may create the table first).
         if where is not None:
@@ -135,26 +187,12 @@ class DeltaSparkEngine(port.DeltaEngine):
             writer = writer.option("txnAppId", app_transaction.app_id).option(
                 "txnVersion", app_transaction.version
             )
-        writer.save(table)
-        return None
-
-    def _create(
-        self,
-        table: str,
-        frame: DataFrame,
-        partition_by: Sequence[str] | None,
-        table_properties: Mapping[str, str],
-    ) -> None:
-        from delta.tables import DeltaTable
-
-        builder = (
-            DeltaTable.createIfNotExists(self._spark()).location(table).addColumns(frame.schema)
-        )
-        if partition_by:
-            builder = builder.partitionedBy(*partition_by)
-        for key, value in table_properties.items():
-            builder = builder.property(key, value)
-        builder.execute()
+        if table_properties and not self.exists(table):
+            with self._session_conf(self._commit_conf(metadata, None, table_properties)):
+                writer.save(table)
+        else:
+            writer.save(table)
+        return self._own_commit(table, metadata, app_transaction)
 
     def merge(
         self,
@@ -166,89 +204,36 @@ class DeltaSparkEngine(port.DeltaEngine):
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
     ) -> port.HistoryEntry | None:
+        if not self.exists(table):
+            raise port.TableNotFoundError(table)
         self._require_advance(table, app_transaction)
-        builder = self._delta_table(table).alias("t").merge(self._frame(source).alias("s"), on)
-        for clause in clauses:
-            condition = render(clause.condition, "spark")
-            if isinstance(clause, port.WhenMatchedDelete):
-                builder = builder.whenMatchedDelete(condition=condition)
-            elif isinstance(clause, port.WhenMatchedUpdate):
-                builder = (
-                    builder.whenMatchedUpdateAll(condition=condition)
-                    if clause.set is None
-                    else builder.whenMatchedUpdate(condition=condition, set=dict(clause.set))
-                )
-            else:
-                builder = (
-                    builder.whenNotMatchedInsertAll(condition=condition)
-                    if clause.values is None
-                    else builder.whenNotMatchedInsert(
-                        condition=condition, values=dict(clause.values)
-                    )
-                )
-        with self._session_conf(metadata, app_transaction):
-            builder.execute()
-        return None
+        view = f"merge_source_{uuid.uuid4().hex}"
+        self._frame(source).createOrReplaceTempView(view)
+        statement = (
+            f"MERGE INTO {_table_ref(table)} AS t USING {view} AS s ON {on} "
+            + " ".join(_merge_clause(clause) for clause in clauses)
+        )
+        try:
+            with self._session_conf(self._commit_conf(metadata, app_transaction)):
+                self._spark().sql(statement).collect()
+        finally:
+            self._spark().catalog.dropTempView(view)
+        return self._own_commit(table, metadata, app_transaction)
 
     def delete(
         self, table: str, *, where: Predicate, metadata: Mapping[str, Any]
     ) -> port.HistoryEntry | None:
-        delta_table = self._delta_table(table)
-        with self._session_conf(metadata):
-            delta_table.delete(where.render("spark"))
-        return None
+        self._sql_command(
+            table, f"DELETE FROM {_table_ref(table)} WHERE {where.render('spark')}", metadata
+        )
+        return self._own_commit(table, metadata, None)
 
     def restore(
         self, table: str, version: int, *, metadata: Mapping[str, Any]
     ) -> port.HistoryEntry | None:
-        delta_table = self._delta_table(table)
-        with self._session_conf(metadata):
-            delta_table.restoreToVersion(version)
-        return None
-
-    def history(self, table: str, *, limit: int | None = None) -> list[port.HistoryEntry]:
-        rows = self._delta_table(table).history(limit).collect()
-        entries = []
-        for row in rows:
-            operation = row["operation"]
-            engine_metrics = dict(row["operationMetrics"] or {})
-            timestamp = row["timestamp"]
-            if timestamp.tzinfo is None:
-                timestamp = timestamp.replace(tzinfo=dt.UTC)
-            entries.append(
-                port.HistoryEntry(
-                    version=int(row["version"]),
-                    timestamp=timestamp,
-                    operation=operation,
-                    parameters=dict(row["operationParameters"] or {}),
-                    metrics=port.normalize_metrics(engine_metrics, operation),
-                    metadata=json.loads(row["userMetadata"]) if row["userMetadata"] else {},
-                    engine_metrics=engine_metrics,
-                )
-            )
-        return entries
-
-    def _require_advance(self, table: str, app_transaction: port.AppTransaction | None) -> None:
-        # Checked before the write; a writer racing past this check with the same version
-        # is skipped by Delta itself (txnAppId/txnVersion make Spark writes idempotent).
-        if app_transaction and self.exists(table):
-            current = self.app_transaction_version(table, app_transaction.app_id)
-            port.require_advance(table, app_transaction, current)
-
-    def app_transaction_version(self, table: str, app_id: str) -> int | None:
-        return self._log_reader.app_transaction_version(table, app_id)
-
-    def vacuum(self, table: str, *, retention_hours: float, dry_run: bool) -> list[str]:
-        if not _SAFE_PATH.match(table):
-            raise port.LakehouseError(f"cannot vacuum {table!r}: a backtick in the path")
-        spark = self._spark()
-        spark.conf.set(_RETENTION_CHECK, "false")
-        try:
-            statement = f"VACUUM delta.`{table}` RETAIN {float(retention_hours)} HOURS"
-            result = spark.sql(statement + (" DRY RUN" if dry_run else ""))
-            return [row[0] for row in result.collect()]
-        finally:
-            spark.conf.unset(_RETENTION_CHECK)
+        statement = f"RESTORE TABLE {_table_ref(table)} TO VERSION AS OF {int(version)}"
+        self._sql_command(table, statement, metadata)
+        return self._own_commit(table, metadata, None)
 
     def compact(
         self,
@@ -257,28 +242,72 @@ class DeltaSparkEngine(port.DeltaEngine):
         partition: Mapping[str, Value] | None,
         metadata: Mapping[str, Any],
     ) -> port.HistoryEntry | None:
-        optimizer = self._delta_table(table).optimize()
+        statement = f"OPTIMIZE {_table_ref(table)}"
         if partition:
-            conditions = [eq(column, value) for column, value in partition.items()]
-            optimizer = optimizer.where(" AND ".join(c.render("spark") for c in conditions))
-        with self._session_conf(metadata):
-            optimizer.executeCompaction()
-        return None
+            conditions = [eq(column, value).render("spark") for column, value in partition.items()]
+            statement += " WHERE " + " AND ".join(conditions)
+        self._sql_command(table, statement, metadata)
+        return self._own_commit(table, metadata, None)
 
-    def missing_files(self, table: str, version: int) -> list[str]:
-        return self._log_reader.missing_files(table, version)
+    def _sql_command(self, table: str, statement: str, metadata: Mapping[str, Any]) -> None:
+        if not self.exists(table):
+            raise port.TableNotFoundError(table)
+        with self._session_conf(self._commit_conf(metadata)):
+            self._spark().sql(statement).collect()
+
+    def vacuum(self, table: str, *, retention_hours: float, dry_run: bool) -> list[str]:
+        statement = f"VACUUM {_table_ref(table)} RETAIN {float(retention_hours)} HOURS"
+        # The table's minimum retention guards concurrent readers; the operator's explicit
+        # setting is the decision here (as with delta-rs's enforce_retention_duration).
+        with self._session_conf({_RETENTION_CHECK: "false"}):
+            result = self._spark().sql(statement + (" DRY RUN" if dry_run else ""))
+            return [row[0] for row in result.collect()]
 
     def is_commit_conflict(self, error: Exception) -> bool:
-        from delta import exceptions as delta_errors
+        return _is_delta_conflict(error)
 
-        conflicts = (
-            delta_errors.DeltaConcurrentModificationException,
-            delta_errors.ConcurrentWriteException,
-            delta_errors.MetadataChangedException,
-            delta_errors.ProtocolChangedException,
-            delta_errors.ConcurrentAppendException,
-            delta_errors.ConcurrentDeleteReadException,
-            delta_errors.ConcurrentDeleteDeleteException,
-            delta_errors.ConcurrentTransactionException,
-        )
-        return isinstance(error, conflicts)
+
+def _metadata_json(metadata: Mapping[str, Any]) -> str:
+    # The same encoding delta-rs commits with, so history reads the same under both engines.
+    return json.dumps(dict(metadata), sort_keys=True, default=str)
+
+
+def _merge_clause(clause: port.MergeClause) -> str:
+    condition = render(clause.condition, "spark")
+    when = f" AND {condition}" if condition else ""
+    if isinstance(clause, port.WhenMatchedDelete):
+        return f"WHEN MATCHED{when} THEN DELETE"
+    if isinstance(clause, port.WhenMatchedUpdate):
+        if clause.set is None:
+            return f"WHEN MATCHED{when} THEN UPDATE SET *"
+        assignments = ", ".join(f"{_column(c)} = {e}" for c, e in clause.set.items())
+        return f"WHEN MATCHED{when} THEN UPDATE SET {assignments}"
+    if clause.values is None:
+        return f"WHEN NOT MATCHED{when} THEN INSERT *"
+    columns = ", ".join(_column(c) for c in clause.values)
+    values = ", ".join(clause.values.values())
+    return f"WHEN NOT MATCHED{when} THEN INSERT ({columns}) VALUES ({values})"
+
+
+# Every Delta commit conflict (ConcurrentAppend, ConcurrentDeleteRead, MetadataChanged, ...)
+# is a subclass of this JVM class; its error conditions share these prefixes.
+_CONFLICT_JAVA_CLASS = "org.apache.spark.sql.delta.DeltaConcurrentModificationException"
+_CONFLICT_CONDITIONS = ("DELTA_CONCURRENT_", "DELTA_METADATA_CHANGED", "DELTA_PROTOCOL_CHANGED")
+
+
+def _is_delta_conflict(error: BaseException) -> bool:
+    """delta-spark converts its conflicts to Python classes only on some call paths
+    (`DataFrameWriter.save` raises a bare Py4JJavaError), and Spark Connect sends error
+    conditions, not classes: look at the JVM class hierarchy, or the error condition."""
+    condition = getattr(error, "getCondition", lambda: None)()
+    if condition and condition.startswith(_CONFLICT_CONDITIONS):
+        return True
+    java = getattr(error, "java_exception", None)
+    while java is not None:
+        cls = java.getClass()
+        while cls is not None:
+            if cls.getName() == _CONFLICT_JAVA_CLASS:
+                return True
+            cls = cls.getSuperclass()
+        java = java.getCause()
+    return False

@@ -218,11 +218,8 @@ class DeltaEngine(ABC):
     """One Delta implementation; `table` is a table URI.
 
     Every write takes commit metadata (which holds a unique `commit_token`) and returns
-    the history entry of the commit it made, or None. Engines that know their own
-    commit (`reports_own_commits`) return None only when they committed nothing; for the
-    others the caller finds the commit in the history by its token."""
-
-    reports_own_commits: bool = False
+    the history entry of the commit it made (found by that token), or None when it
+    committed nothing."""
 
     @abstractmethod
     def exists(self, table: str) -> bool: ...

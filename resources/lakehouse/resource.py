@@ -261,8 +261,6 @@ class Lakehouse(dg.ConfigurableResource):
                 if attempt == self.commit_attempts:
                     raise port.CommitConflictError(table, "write", attempt, error) from error
                 time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
-        if entry is None and not engine.reports_own_commits:
-            entry = self._find_commit(table, token)
         if entry is None:
             # The engine decided there was nothing to commit (e.g. compacting a compact
             # table, merging an empty batch).
@@ -272,15 +270,6 @@ class Lakehouse(dg.ConfigurableResource):
         return port.CommitResult(
             table, entry.version, entry.operation, entry.metrics, entry.engine_metrics
         )
-
-    def _find_commit(self, table: str, token: str) -> port.HistoryEntry | None:
-        # Bounded: a commit is looked for right after it was made, so only commits racing
-        # it can stand above it.
-        for limit in (20, 200):
-            for entry in self.history(table, limit=limit):
-                if entry.metadata.get("commit_token") == token:
-                    return entry
-        return None
 
     def _last_vacuum(self, table: str) -> str:
         for entry in self.history(table):

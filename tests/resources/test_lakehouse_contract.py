@@ -1,8 +1,4 @@
-"""One contract for the Delta port, run against every engine.
-
-delta-spark runs only where Spark has the Delta jars (DELTA_SPARK_JARS); on machines
-without them (ours reach PyPI, not Maven Central) those cases skip, saying so.
-"""
+"""One contract for the Delta port, run against every engine."""
 
 from __future__ import annotations
 
@@ -12,7 +8,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from support import DELTA_JARS
 
 from resources import Lakehouse
 from resources.lakehouse import (
@@ -25,26 +20,12 @@ from resources.lakehouse import (
 )
 from resources.lakehouse.predicates import eq, is_in
 
-ENGINES = [
-    "delta-rs",
-    pytest.param(
-        "delta-spark",
-        marks=[
-            pytest.mark.delta_spark,
-            pytest.mark.skipif(
-                not DELTA_JARS,
-                reason="delta-spark engine needs the Delta Lake jars: set DELTA_SPARK_JARS to "
-                "delta-spark_2.13-4.0.x.jar,delta-storage-4.0.x.jar (no Maven access here)",
-            ),
-        ],
-    ),
-]
 META = {"dagster_run_id": "test-run", "asset_key": "t", "partition_key": None}
 
 
-@pytest.fixture(params=ENGINES)
-def lake(request, tmp_path: Path, spark) -> Lakehouse:
-    return Lakehouse(root=str(tmp_path / "lake"), engine=request.param, spark=spark)
+@pytest.fixture
+def lake(lakehouse: Lakehouse) -> Lakehouse:
+    return lakehouse
 
 
 def devices(rows: list[tuple[str, int, str]]) -> pa.Table:
