@@ -176,7 +176,9 @@ class DeltaSparkEngine(port.DeltaEngine):
     ) -> port.HistoryEntry | None:
         frame = self._frame(data)
         self._require_advance(table, app_transaction)
-        writer = frame.write.format("delta").mode(mode).option("userMetadata", _metadata_json(metadata))
+        writer = (
+            frame.write.format("delta").mode(mode).option("userMetadata", _metadata_json(metadata))
+        )
         # Predicate and partitioning go with every write, creating ones included (a
         # concurrent writer may create the table first).
         if where is not None:
@@ -209,9 +211,8 @@ class DeltaSparkEngine(port.DeltaEngine):
         self._require_advance(table, app_transaction)
         view = f"merge_source_{uuid.uuid4().hex}"
         self._frame(source).createOrReplaceTempView(view)
-        statement = (
-            f"MERGE INTO {_table_ref(table)} AS t USING {view} AS s ON {on} "
-            + " ".join(_merge_clause(clause) for clause in clauses)
+        statement = f"MERGE INTO {_table_ref(table)} AS t USING {view} AS s ON {on} " + " ".join(
+            _merge_clause(clause) for clause in clauses
         )
         try:
             with self._session_conf(self._commit_conf(metadata, app_transaction)):
