@@ -3,7 +3,9 @@
 Loaded by `dagster dev` (workspace.yaml) and `dagster definitions validate` as a file:
 `platform/` is deliberately not a package, because `platform` is a stdlib module name.
 Configuration comes from the environment when Dagster loads the code (never at import):
-LAKEHOUSE_ROOT, LANDING_ROOT, SPARK_MASTER, LAKEHOUSE_ENGINE, DELTA_SPARK_JARS.
+LAKEHOUSE_ROOT, LANDING_ROOT, SPARK_MASTER, LAKEHOUSE_ENGINE, DELTA_SPARK_JARS, and for an
+`s3://` root the AWS_* variables of its endpoint and credentials (read through dg.EnvVar,
+so secrets never land in the run's config).
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
+from dagster_deltalake import S3Config
+from dagster_deltalake.config import ClientConfig
 
 from assets import maintenance, overwriting, telemetry, updates
 from resources import Lakehouse, LandingZone, SparkResource
+from resources.object_store import S3Storage, is_object_store
 from sensors import sensors
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -30,21 +35,38 @@ def _location(value: str) -> str:
     return str(path if path.is_absolute() else (PROJECT_ROOT / path).resolve())
 
 
+# S3Config field <- environment variable (the names AWS's own clients read).
+S3_ENVIRONMENT = {
+    "endpoint": "AWS_ENDPOINT_URL",
+    "access_key_id": "AWS_ACCESS_KEY_ID",
+    "secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "token": "AWS_SESSION_TOKEN",
+    "region": "AWS_REGION",
+}
+
+
+def s3_storage(env: Mapping[str, str]) -> S3Storage:
+    """Object-store settings from the environment: each variable that is set becomes a
+    dg.EnvVar, resolved when a run starts."""
+    settings = {field: dg.EnvVar(var) for field, var in S3_ENVIRONMENT.items() if env.get(var)}
+    allow_http = env.get("AWS_ALLOW_HTTP", "").lower() in ("1", "true", "yes")
+    return S3Storage(s3=S3Config(**settings), client=ClientConfig(allow_http=allow_http or None))
+
+
 def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource]:
     engine = env.get("LAKEHOUSE_ENGINE", "delta-rs")
     if engine not in ("delta-rs", "delta-spark"):
         raise ValueError(f"LAKEHOUSE_ENGINE must be 'delta-rs' or 'delta-spark', not {engine!r}")
+    root = _location(env.get("LAKEHOUSE_ROOT", ".data/lakehouse"))
+    storage = s3_storage(env) if is_object_store(root) else None
     spark = SparkResource(
         master=env.get("SPARK_MASTER", "local[*]"),
         delta_jars=env.get("DELTA_SPARK_JARS", ""),
+        s3=storage,
     )
     return {
         "spark": spark,
-        "lakehouse": Lakehouse(
-            root=_location(env.get("LAKEHOUSE_ROOT", ".data/lakehouse")),
-            engine=engine,
-            spark=spark,
-        ),
+        "lakehouse": Lakehouse(root=root, engine=engine, spark=spark, s3=storage),
         "landing": LandingZone(root=_location(env.get("LANDING_ROOT", ".data/landing"))),
         "telemetry": telemetry.TelemetrySettings(),
     }

@@ -11,7 +11,8 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import PrivateAttr
 
-from resources.spark_packages import delta_packages, resolved_jars
+from resources.object_store import S3Storage
+from resources.spark_packages import delta_packages, resolved_jars, s3_packages
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -83,6 +84,9 @@ class SparkResource(dg.ConfigurableResource):
     delta_jars: str = ""
     """Comma-separated Delta Lake jar files (DELTA_SPARK_JARS), for clusters without Maven
     access; empty: the `io.delta:delta-spark` package set-up resolved into its cache."""
+    s3: S3Storage | None = None
+    """The object store under an `s3://` lakehouse root: loads hadoop-aws and configures
+    S3A (endpoint, credentials) from the same settings the lakehouse uses."""
     extra_config: dict[str, str] = {}
 
     _lazy: LazyPySparkResource | None = PrivateAttr(default=None)
@@ -108,7 +112,11 @@ class SparkResource(dg.ConfigurableResource):
         if self.master.startswith("local"):
             config["spark.driver.memory"] = "4g"
         # Every session speaks Delta: the delta-spark engine, and readers of any table.
-        config["spark.jars"] = self.delta_jars or ",".join(resolved_jars(delta_packages()))
+        jars = self.delta_jars.split(",") if self.delta_jars else resolved_jars(delta_packages())
+        if self.s3 is not None:
+            jars = [*jars, *resolved_jars(s3_packages())]
+            config.update(self.s3.spark_config())
+        config["spark.jars"] = ",".join(jars)
         config["spark.sql.extensions"] = DELTA_EXTENSION
         config["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
         config.update(self.extra_config)

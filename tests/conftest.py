@@ -6,31 +6,59 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dagster as dg
 import pytest
+import servers
+from dagster_deltalake import S3Config
+from dagster_deltalake.config import ClientConfig
 from support import DELTA_JARS
 
 from resources import Lakehouse, LandingZone, SparkResource
-
-
-def spark_resource() -> SparkResource:
-    return SparkResource(master="local[2]", shuffle_partitions=2, delta_jars=DELTA_JARS)
+from resources.object_store import S3Storage
 
 
 @pytest.fixture(scope="session")
-def spark_session():
-    session = spark_resource().session()
+def s3_endpoint() -> Iterator[str]:
+    """One S3-compatible server (moto) for the test session."""
+    with servers.s3_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def s3_storage(s3_endpoint: str) -> S3Storage:
+    return S3Storage(
+        s3=S3Config(
+            endpoint=s3_endpoint,
+            access_key_id=servers.ACCESS_KEY,
+            secret_access_key=servers.SECRET_KEY,
+            region=servers.REGION,
+        ),
+        client=ClientConfig(allow_http=True),
+    )
+
+
+def spark_resource(s3_storage: S3Storage) -> SparkResource:
+    # The one session of the test run reaches the local disk and the S3 server alike.
+    return SparkResource(
+        master="local[2]", shuffle_partitions=2, delta_jars=DELTA_JARS, s3=s3_storage
+    )
+
+
+@pytest.fixture(scope="session")
+def spark_session(s3_storage: S3Storage):
+    session = spark_resource(s3_storage).session()
     yield session
     session.stop()
 
 
 @pytest.fixture
-def spark(spark_session) -> SparkResource:
+def spark(s3_storage: S3Storage, spark_session) -> SparkResource:
     # A resource like any run gets; its session() finds the shared running session.
-    return spark_resource()
+    return spark_resource(s3_storage)
 
 
 ENGINES = ["delta-rs", pytest.param("delta-spark", marks=pytest.mark.delta_spark)]
@@ -45,6 +73,16 @@ def engine(request) -> str:
 @pytest.fixture
 def lakehouse(tmp_path: Path, spark: SparkResource, engine: str) -> Lakehouse:
     return Lakehouse(root=str(tmp_path / "lakehouse"), engine=engine, spark=spark)
+
+
+@pytest.fixture
+def s3_lakehouse(
+    request, spark: SparkResource, engine: str, s3_endpoint: str, s3_storage: S3Storage
+) -> Lakehouse:
+    """A lakehouse under a fresh bucket of the S3 server."""
+    bucket = f"lake-{uuid.uuid4().hex[:12]}"
+    servers.create_bucket(s3_endpoint, bucket)
+    return Lakehouse(root=f"s3://{bucket}/lakehouse", engine=engine, spark=spark, s3=s3_storage)
 
 
 @pytest.fixture

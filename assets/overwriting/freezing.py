@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import dagster as dg
-from pyarrow import fs as pafs
 
 from assets.materialization import commit_metadata
 from assets.overwriting.calendar import iso_year, week_start
@@ -142,9 +141,7 @@ def purge_retired_tables(
     """Delete retired tables past their grace period, then forget them in the manifest."""
     names = retired_tables_to_purge(manifest_entries(lakehouse), older_than=older_than)
     for name in names:
-        filesystem, path = pafs.FileSystem.from_uri(lakehouse.uri(name))
-        if filesystem.get_file_info(path).type != pafs.FileType.NotFound:
-            filesystem.delete_dir(path)
+        lakehouse.drop(name)
     if names:
         lakehouse.delete(
             MANIFEST,

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from deltalake import (
@@ -33,9 +31,14 @@ if TYPE_CHECKING:
 
 
 def _as_arrow(data: port.Data) -> pa.Table | pa.RecordBatchReader:
-    if hasattr(data, "__arrow_c_stream__"):
-        return data  # Arrow tables and streams go to delta-rs as they are
-    return data.toArrow()
+    """Arrow data with every column nullable. Spark creates Delta tables with nullable
+    columns whatever its DataFrame says; writing the same here keeps the schemas of the
+    two engines' tables identical, and either engine can write the other's tables."""
+    arrow = data if hasattr(data, "__arrow_c_stream__") else data.toArrow()
+    schema = pa.schema(
+        [f.with_nullable(True) for f in arrow.schema], metadata=arrow.schema.metadata
+    )
+    return arrow if schema == arrow.schema else arrow.cast(schema)
 
 
 def _plain_types(table: pa.Table) -> pa.Table:
@@ -251,9 +254,8 @@ class DeltaRsEngine(port.DeltaEngine):
         )
         return _own_commit(target, metadata)
 
-    def missing_files(self, table: str, version: int) -> list[str]:
-        uris = self._table(table, version).file_uris()
-        return [uri for uri in uris if _is_local(uri) and not os.path.exists(_local_path(uri))]
+    def file_uris(self, table: str, version: int) -> list[str]:
+        return self._table(table, version).file_uris()
 
     def is_commit_conflict(self, error: Exception) -> bool:
         return isinstance(error, CommitFailedError)
@@ -305,11 +307,3 @@ def _parse_user_metadata(raw: str | None) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {"userMetadata": raw}
     return parsed if isinstance(parsed, dict) else {"userMetadata": parsed}
-
-
-def _is_local(uri: str) -> bool:
-    return "://" not in uri or uri.startswith("file://")
-
-
-def _local_path(uri: str) -> str:
-    return unquote(urlparse(uri).path) if uri.startswith("file://") else uri

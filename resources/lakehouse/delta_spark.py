@@ -116,7 +116,11 @@ class DeltaSparkEngine(port.DeltaEngine):
 
         if isinstance(data, pa.RecordBatchReader):
             data = data.read_all()
-        return self._spark().createDataFrame(data) if isinstance(data, pa.Table) else data
+        if isinstance(data, pa.Table):
+            # Rows held in this process are few enough for one writer task: one file, as
+            # delta-rs writes them, not one small file per core.
+            return self._spark().createDataFrame(data).coalesce(1)
+        return data
 
     # -- log-level reads (delta-rs, no Spark job) ---------------------------------------
 
@@ -135,8 +139,8 @@ class DeltaSparkEngine(port.DeltaEngine):
     def app_transaction_versions(self, table: str, app_ids: Sequence[str]) -> dict[str, int]:
         return self._log.app_transaction_versions(table, app_ids)
 
-    def missing_files(self, table: str, version: int) -> list[str]:
-        return self._log.missing_files(table, version)
+    def file_uris(self, table: str, version: int) -> list[str]:
+        return self._log.file_uris(table, version)
 
     def read_arrow(
         self, table: str, *, version: int | None = None, where: Predicate | None = None

@@ -302,8 +302,8 @@ class DeltaEngine(ABC):
     ) -> HistoryEntry | None: ...
 
     @abstractmethod
-    def missing_files(self, table: str, version: int) -> list[str]:
-        """Data files that `version` references but storage no longer holds."""
+    def file_uris(self, table: str, version: int) -> list[str]:
+        """URIs of the data files `version` references."""
 
     @abstractmethod
     def is_commit_conflict(self, error: Exception) -> bool: ...

@@ -8,12 +8,15 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote, urlparse
 
 import dagster as dg
+from pyarrow import fs as pafs
 from pydantic import PrivateAttr
 
 from resources.lakehouse import port
 from resources.lakehouse.predicates import Predicate, Value
+from resources.object_store import S3Storage, is_object_store, object_path
 from resources.spark import SparkResource
 
 if TYPE_CHECKING:
@@ -34,8 +37,11 @@ class Lakehouse(dg.ConfigurableResource):
     """
 
     root: str
+    """A local directory or an object-store URI (`s3://bucket/prefix`)."""
     engine: Literal["delta-rs", "delta-spark"] = "delta-rs"
     spark: SparkResource
+    s3: S3Storage | None = None
+    """Endpoint and credentials for an `s3://` root (unset: the AWS_* environment)."""
     commit_attempts: int = 10
 
     _engine: port.DeltaEngine | None = PrivateAttr(default=None)
@@ -51,17 +57,52 @@ class Lakehouse(dg.ConfigurableResource):
             )
         return f"{self.root.rstrip('/')}/{table}"
 
+    def _storage(self) -> S3Storage | None:
+        if not is_object_store(self.root):
+            return None
+        return self.s3 or S3Storage()
+
     def _delta(self) -> port.DeltaEngine:
         if self._engine is None:
+            storage = self._storage()
+            options = storage.delta_rs_options() if storage else None
             if self.engine == "delta-spark":
                 from resources.lakehouse.delta_spark import DeltaSparkEngine
 
-                self._engine = DeltaSparkEngine(spark=self.spark.session)
+                self._engine = DeltaSparkEngine(spark=self.spark.session, storage_options=options)
             else:
                 from resources.lakehouse.delta_rs import DeltaRsEngine
 
-                self._engine = DeltaRsEngine(spark=self.spark.session)
+                self._engine = DeltaRsEngine(spark=self.spark.session, storage_options=options)
         return self._engine
+
+    def _filesystem(self) -> tuple[pafs.FileSystem, Callable[[str], str]]:
+        """The filesystem under the root, and how a URI becomes its path there."""
+        storage = self._storage()
+        if storage is not None:
+            return storage.filesystem(), object_path
+        return pafs.LocalFileSystem(), _local_path
+
+    def missing_files(self, table: str, version: int) -> list[str]:
+        """Data files `version` references that storage no longer holds (vacuumed)."""
+        uris = self._delta().file_uris(self.uri(table), version)
+        filesystem, path = self._filesystem()
+        infos = filesystem.get_file_info([path(uri) for uri in uris])
+        return [
+            uri
+            for uri, info in zip(uris, infos, strict=True)
+            if info.type == pafs.FileType.NotFound
+        ]
+
+    def drop(self, table: str) -> bool:
+        """Delete a table's directory, data and log (for tables retired from use).
+        Returns whether there was one."""
+        filesystem, path = self._filesystem()
+        location = path(self.uri(table))
+        if filesystem.get_file_info(location).type == pafs.FileType.NotFound:
+            return False
+        filesystem.delete_dir(location)
+        return True
 
     # -- reads --------------------------------------------------------------------------
 
@@ -203,8 +244,7 @@ class Lakehouse(dg.ConfigurableResource):
     ) -> port.CommitResult:
         """Make `version`'s content current again, as a new commit. Refuses, changing
         nothing, when files of that version were vacuumed."""
-        uri = self.uri(table)
-        missing = self._delta().missing_files(uri, version)
+        missing = self.missing_files(table, version)
         if missing:
             raise port.VersionUnavailableError(
                 table,
@@ -281,3 +321,7 @@ class Lakehouse(dg.ConfigurableResource):
                     f"UTC, retention {int(millis) / 3_600_000:g} h"
                 )
         return "no VACUUM recorded in the retained history"
+
+
+def _local_path(uri: str) -> str:
+    return unquote(urlparse(uri).path) if uri.startswith("file://") else uri

@@ -1,0 +1,70 @@
+"""Servers tests need, started on 127.0.0.1 and stopped by their pids, also when a test
+fails: an S3-compatible object store (moto's server)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import boto3
+
+ACCESS_KEY = "testing"
+SECRET_KEY = "testing"
+REGION = "us-east-1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen, *, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server process {process.pid} exited with {process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextmanager
+def s3_server() -> Iterator[str]:
+    """moto's S3 server on a free loopback port; yields its endpoint URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(process)
+
+
+def create_bucket(endpoint: str, bucket: str) -> None:
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name=REGION,
+    )
+    client.create_bucket(Bucket=bucket)
