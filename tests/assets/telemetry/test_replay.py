@@ -29,6 +29,8 @@ SUBJECTS = ["Tool01", 'Tool 02 "west"', "Prüfstand-ß"]
 )
 def engine(request) -> str:
     return request.param
+
+
 FILES = history(SUBJECTS, files_per_subject=5, rows_per_file=30)
 
 
