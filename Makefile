@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
 
-.PHONY: setup demo test test-slow dev bench lint clean
+.PHONY: setup demo test test-slow dev bench lint clean cluster cluster-down
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -43,6 +43,13 @@ bench: setup
 	$(PY) benchmarks/overwriting.py
 	$(PY) benchmarks/merge_pruning.py
 	$(PY) benchmarks/telemetry.py
+
+# A Spark standalone master and two workers on 127.0.0.1, from pyspark's distribution.
+cluster: setup
+	$(PY) platform/spark_cluster.py up
+
+cluster-down:
+	$(PY) platform/spark_cluster.py down
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

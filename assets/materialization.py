@@ -58,5 +58,7 @@ def materialization_metadata(
     if sources:
         metadata[SOURCE_DIGEST] = sources_digest(sources)
         metadata["source_files"] = dg.MetadataValue.int(len(sources))
+    for name, url in lakehouse.spark.ui_urls().items():
+        metadata[name] = dg.MetadataValue.url(url)
     metadata.update(extra or {})
     return metadata

@@ -61,6 +61,9 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
     storage = s3_storage(env) if is_object_store(root) else None
     spark = SparkResource(
         master=env.get("SPARK_MASTER", "local[*]"),
+        master_ui=env.get("SPARK_MASTER_UI", ""),
+        # The application's UI, linked from each materialization while its run lives.
+        ui_enabled=True,
         delta_jars=env.get("DELTA_SPARK_JARS", ""),
         s3=storage,
     )

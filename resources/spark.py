@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 MINIMUM_JAVA = 17
+LOOPBACK = ("127.0.0.1", "localhost")
 
 
 class JavaNotFoundError(RuntimeError):
@@ -80,7 +83,11 @@ class SparkResource(dg.ConfigurableResource):
     master: str = "local[*]"
     app_name: str = "idempotent-lakehouse"
     shuffle_partitions: int = 4
+    executor_memory: str = "2g"
+    """Memory per executor on a cluster (`spark://`, YARN, k8s)."""
     ui_enabled: bool = False
+    master_ui: str = ""
+    """The cluster master's web UI (SPARK_MASTER_UI), linked from materializations."""
     delta_jars: str = ""
     """Comma-separated Delta Lake jar files (DELTA_SPARK_JARS), for clusters without Maven
     access; empty: the `io.delta:delta-spark` package set-up resolved into its cache."""
@@ -109,8 +116,18 @@ class SparkResource(dg.ConfigurableResource):
                 self.shuffle_partitions
             ),
         }
+        # Python workers run this interpreter (same machine or same image), not whichever
+        # `python3` comes first on PATH.
+        config["spark.pyspark.python"] = sys.executable
         if self.master.startswith("local"):
             config["spark.driver.memory"] = "4g"
+        else:
+            config["spark.executor.memory"] = self.executor_memory
+        if urlparse(self.master).hostname in LOOPBACK:
+            # A cluster on this machine reaches the driver on loopback, whatever the
+            # machine's hostname resolves to.
+            config["spark.driver.host"] = "127.0.0.1"
+            config["spark.driver.bindAddress"] = "127.0.0.1"
         # Every session speaks Delta: the delta-spark engine, and readers of any table.
         jars = self.delta_jars.split(",") if self.delta_jars else resolved_jars(delta_packages())
         if self.s3 is not None:
@@ -127,3 +144,16 @@ class SparkResource(dg.ConfigurableResource):
             ensure_java()
             self._lazy = LazyPySparkResource(spark_config=self.spark_config())
         return self._lazy.spark_session
+
+    def ui_urls(self) -> dict[str, str]:
+        """Web UIs of the Spark this run uses, if it started one: the application's UI
+        (while the run process lives) and a standalone master's."""
+        if self._lazy is None:
+            return {}
+        urls = {}
+        application = self._lazy.spark_session.sparkContext.uiWebUrl
+        if application:
+            urls["spark_ui"] = application
+        if self.master_ui:
+            urls["spark_master_ui"] = self.master_ui
+        return urls

@@ -4,8 +4,23 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from pathlib import Path
 
 DELTA_JARS = os.environ.get("DELTA_SPARK_JARS", "")
+
+
+def run_process_env(home: Path, lakehouse, landing, **extra: str) -> dict[str, str]:
+    """The environment of a separate run process (`dagster asset materialize`) on this
+    test's Dagster home, lakehouse (with its engine) and landing zone."""
+    return {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "LAKEHOUSE_ROOT": lakehouse.root,
+        "LAKEHOUSE_ENGINE": lakehouse.engine,
+        "LANDING_ROOT": landing.root,
+        "SPARK_MASTER": "local[1]",
+        **extra,
+    }
 
 
 def visit(

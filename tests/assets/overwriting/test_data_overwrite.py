@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 import pyarrow as pa
 import pytest
-from support import day_of_visits, visit
+from support import day_of_visits, run_process_env, visit
 
 from assets.overwriting import visits_daily
 from assets.overwriting.data_overwrite import VISITS_DAILY
@@ -176,13 +175,7 @@ def test_a_backfill_as_several_concurrent_runs_lands_every_partition(
     home.mkdir()
     with dg.DagsterInstance.from_config(str(home)):
         pass  # creates the instance's storage once, as `dagster dev` would
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "LAKEHOUSE_ROOT": lakehouse.root,
-        "LANDING_ROOT": landing.root,
-        "SPARK_MASTER": "local[1]",
-    }
+    env = run_process_env(home, lakehouse, landing)
     command = [sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(DEFINITIONS)]
     runs = [
         subprocess.Popen(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from support import day_of_visits
+from support import day_of_visits, run_process_env
 
 from assets.overwriting import visits_daily
 from assets.overwriting.data_overwrite import VISITS_DAILY
@@ -45,13 +45,7 @@ def test_killed_runs_never_leave_a_partial_day(
     home.mkdir()
     with dg.DagsterInstance.from_config(str(home)):
         pass
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "LAKEHOUSE_ROOT": lakehouse.root,
-        "LANDING_ROOT": landing.root,
-        "SPARK_MASTER": "local[1]",
-    }
+    env = run_process_env(home, lakehouse, landing)
     killed_mid_run = 0
     for trial in range(1, TRIALS + 1):
         before = content(lakehouse)

@@ -6,13 +6,13 @@ is redone from what the winner left, and nothing is applied twice."""
 from __future__ import annotations
 
 import datetime as dt
-import os
 import random
 import subprocess
 import sys
 from pathlib import Path
 
 import dagster as dg
+from support import run_process_env
 from telemetry_history import START, expected_hourly, expected_totals, report
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -29,12 +29,7 @@ def test_two_concurrent_runs_of_a_subject_apply_every_file_once(tmp_path, deploy
     (home / "dagster.yaml").write_text((PROJECT_ROOT / "platform" / "dagster.yaml").read_text())
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_dynamic_partitions("subjects", ["Tool01"])
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "LAKEHOUSE_ROOT": deployment.lakehouse.root,
-        "LANDING_ROOT": deployment.landing.root,
-    }
+    env = run_process_env(home, deployment.lakehouse, deployment.landing)
     command = [sys.executable, "-m", "dagster", "asset", "materialize"]
     command += ["-f", "platform/definitions.py", "--select", ASSETS, "--partition", "Tool01"]
     runs = [

@@ -1,0 +1,166 @@
+"""A Spark standalone cluster on this machine, from pyspark's own distribution.
+
+    python platform/spark_cluster.py up      # master + two workers on 127.0.0.1
+    python platform/spark_cluster.py down    # stop them by their pids
+
+`up` prints the `spark://` URL to give SPARK_MASTER and the master's web UI. The
+processes are Spark's own daemons (`spark-class ...deploy.master.Master` / `...Worker`),
+started detached in their own process group; their pids, ports and logs are kept under
+the state directory (default `.data/spark-cluster`), so `down` stops exactly them.
+Run as a script (`platform/` is not a package: `platform` is a stdlib module name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+HOST = "127.0.0.1"
+WORKERS = 2
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _daemon(state: Path, name: str, args: list[str]) -> int:
+    sys.path.insert(0, str(PROJECT_ROOT))
+    from resources.spark import ensure_java
+
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(spark_home()),
+        "JAVA_HOME": ensure_java(),
+        "SPARK_LOCAL_IP": HOST,
+        "SPARK_LOG_DIR": str(state / "logs"),
+        "SPARK_WORKER_DIR": str(state / "work"),
+    }
+    log = (state / "logs" / f"{name}.log").open("ab")
+    process = subprocess.Popen(
+        [str(spark_home() / "bin" / "spark-class"), *args],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: `down` stops the JVM and its shell
+    )
+    return process.pid
+
+
+def _master_status(ui_port: int) -> dict | None:
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{ui_port}/json/", timeout=2) as response:
+            return json.load(response)
+    except OSError:
+        return None
+
+
+def up(state: Path, *, worker_cores: int, worker_memory: str, timeout: float = 120) -> dict:
+    """Start a master and the workers; returns the cluster's description."""
+    described = state / "cluster.json"
+    if described.exists():
+        raise SystemExit(f"a cluster is already described in {described}: run `down` first")
+    for folder in ("logs", "work"):
+        (state / folder).mkdir(parents=True, exist_ok=True)
+    port, ui_port = free_port(), free_port()
+    url = f"spark://{HOST}:{port}"
+    pids = [
+        _daemon(
+            state,
+            "master",
+            ["org.apache.spark.deploy.master.Master", "--host", HOST, "--port", str(port)]
+            + ["--webui-port", str(ui_port)],
+        )
+    ]
+    for i in range(WORKERS):
+        pids.append(
+            _daemon(
+                state,
+                f"worker-{i + 1}",
+                ["org.apache.spark.deploy.worker.Worker", "--host", HOST]
+                + ["--cores", str(worker_cores), "--memory", worker_memory]
+                + ["--webui-port", str(free_port()), url],
+            )
+        )
+    cluster = {"master_url": url, "master_ui": f"http://{HOST}:{ui_port}", "pids": pids}
+    described.write_text(json.dumps(cluster, indent=2))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = _master_status(ui_port)
+        if status and status.get("aliveworkers", 0) >= WORKERS:
+            return cluster
+        time.sleep(0.5)
+    down(state)
+    raise SystemExit(f"the cluster did not come up in {timeout:.0f} s; logs in {state / 'logs'}")
+
+
+def down(state: Path) -> list[int]:
+    """Stop the processes `up` started (by pid, process group and all); returns them."""
+    described = state / "cluster.json"
+    if not described.exists():
+        return []
+    pids = json.loads(described.read_text())["pids"]
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+    deadline = time.monotonic() + 30
+    for pid in pids:
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.2)
+        if _alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+    described.unlink()
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A child that exited but was not reaped by its (gone) parent counts as stopped.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["up", "down"])
+    parser.add_argument("--state", type=Path, default=PROJECT_ROOT / ".data" / "spark-cluster")
+    parser.add_argument("--worker-cores", type=int, default=1)
+    parser.add_argument("--worker-memory", default="3g")
+    args = parser.parse_args()
+    if args.command == "up":
+        cluster = up(args.state, worker_cores=args.worker_cores, worker_memory=args.worker_memory)
+        print(f"Spark standalone cluster: master and {WORKERS} workers on {HOST}")
+        print(f"  export SPARK_MASTER={cluster['master_url']}")
+        print(f"  export SPARK_MASTER_UI={cluster['master_ui']}   # the master's web UI")
+        print("  stop it with `make cluster-down`")
+    else:
+        stopped = down(args.state)
+        print(f"stopped {len(stopped)} Spark processes" if stopped else "no cluster was running")
+
+
+if __name__ == "__main__":
+    main()
