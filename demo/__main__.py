@@ -59,7 +59,14 @@ def checksum(rows) -> str:
 def main() -> int:
     started = time.monotonic()
     defs = load_definitions()
-    resources = defs.resources
+    # Resolved as a run resolves them (dg.EnvVar settings read now), because the report
+    # below also reads the tables directly.
+    with dg.build_resources(defs.resources) as built:
+        resources = {name: getattr(built, name) for name in defs.resources}
+        return run_demo(resources, started)
+
+
+def run_demo(resources: dict, started: float) -> int:
     lakehouse, landing = resources["lakehouse"], resources["landing"]
     instance = dg.DagsterInstance.get()
     landing_root = Path(landing.root)

@@ -108,6 +108,8 @@ class SparkResource(dg.ConfigurableResource):
             "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
             "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
             "spark.sql.execution.arrow.pyspark.enabled": "true",
+            # Progress bars belong to a terminal session, not to run logs and reports.
+            "spark.ui.showConsoleProgress": "false",
             # Delta rebuilds a table's state from its log in this many tasks (default 50):
             # sized like the shuffles, so a small table's commit is not 50 tiny tasks.
             "spark.databricks.delta.snapshotPartitions": str(self.shuffle_partitions),
