@@ -20,18 +20,23 @@ from resources import Lakehouse, LandingZone
 from resources.lakehouse import StaleWriteError
 
 GROUP = "telemetry"
-STALE_RETRIES = 2
+# Waits of 2, 4, 8, 16, 32 s: a winner still working through its batch (one commit per
+# file, about 0.6 s each through Spark) is done before the loser gives up.
+STALE_RETRIES = 5
+STALE_FIRST_WAIT_SECONDS = 2
 
 
 @contextmanager
 def redo_if_stale(context: dg.AssetExecutionContext) -> Iterator[None]:
     """A step that lost the race for its subject (another run committed first) is redone
-    from the state the winner left; any other error fails the step as it is."""
+    from the state the winner left, after a growing wait; any other error fails the step
+    as it is."""
     try:
         yield
     except StaleWriteError as error:
-        context.log.warning(f"{error}; redoing the step")
-        raise dg.RetryRequested(max_retries=STALE_RETRIES, seconds_to_wait=2) from error
+        wait = STALE_FIRST_WAIT_SECONDS * 2**context.retry_number
+        context.log.warning(f"{error}; redoing the step in {wait} s")
+        raise dg.RetryRequested(max_retries=STALE_RETRIES, seconds_to_wait=wait) from error
 
 
 def _metadata(context: dg.AssetExecutionContext):
