@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
 
-.PHONY: setup demo test test-slow dev bench lint clean cluster cluster-down
+.PHONY: setup demo test test-slow dev bench lint clean cluster spark-connect cluster-down
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -47,6 +47,11 @@ bench: setup
 # A Spark standalone master and two workers on 127.0.0.1, from pyspark's distribution.
 cluster: setup
 	$(PY) platform/spark_cluster.py up
+
+# A long-lived Spark (Spark Connect) for run processes to attach to: on the cluster if
+# one is up, else local.
+spark-connect: setup
+	$(PY) platform/spark_cluster.py connect
 
 cluster-down:
 	$(PY) platform/spark_cluster.py down

@@ -3,9 +3,9 @@
 Loaded by `dagster dev` (workspace.yaml) and `dagster definitions validate` as a file:
 `platform/` is deliberately not a package, because `platform` is a stdlib module name.
 Configuration comes from the environment when Dagster loads the code (never at import):
-LAKEHOUSE_ROOT, LANDING_ROOT, SPARK_MASTER, LAKEHOUSE_ENGINE, DELTA_SPARK_JARS, and for an
-`s3://` root the AWS_* variables of its endpoint and credentials (read through dg.EnvVar,
-so secrets never land in the run's config).
+LAKEHOUSE_ROOT, LANDING_ROOT, SPARK_MASTER, SPARK_REMOTE, SPARK_MASTER_UI, LAKEHOUSE_ENGINE,
+DELTA_SPARK_JARS, and for an `s3://` root the AWS_* variables of its endpoint and
+credentials (read through dg.EnvVar, so secrets never land in the run's config).
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
     storage = s3_storage(env) if is_object_store(root) else None
     spark = SparkResource(
         master=env.get("SPARK_MASTER", "local[*]"),
+        remote=env.get("SPARK_REMOTE", ""),
         master_ui=env.get("SPARK_MASTER_UI", ""),
         # The application's UI, linked from each materialization while its run lives.
         ui_enabled=True,

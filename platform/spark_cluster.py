@@ -1,12 +1,15 @@
 """A Spark standalone cluster on this machine, from pyspark's own distribution.
 
-    python platform/spark_cluster.py up      # master + two workers on 127.0.0.1
-    python platform/spark_cluster.py down    # stop them by their pids
+    python platform/spark_cluster.py up        # master + two workers on 127.0.0.1
+    python platform/spark_cluster.py connect   # a long-lived Spark behind Spark Connect
+    python platform/spark_cluster.py down      # stop what was started, by pid
 
-`up` prints the `spark://` URL to give SPARK_MASTER and the master's web UI. The
-processes are Spark's own daemons (`spark-class ...deploy.master.Master` / `...Worker`),
-started detached in their own process group; their pids, ports and logs are kept under
-the state directory (default `.data/spark-cluster`), so `down` stops exactly them.
+`up` prints the `spark://` URL to give SPARK_MASTER and the master's web UI; `connect`
+prints the `sc://` URL to give SPARK_REMOTE (its Spark runs on the cluster when one is
+up, else `local[*]`, with Delta loaded). The processes are Spark's own (`spark-class
+...deploy.master.Master` / `...Worker`, SparkSubmit of `SparkConnectServer`), started
+detached in their own process groups; pids, ports and logs are kept under the state
+directory (default `.data/spark-cluster`), so `down` stops exactly them.
 Run as a script (`platform/` is not a package: `platform` is a stdlib module name).
 """
 
@@ -24,6 +27,7 @@ import urllib.request
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT_ROOT))
 HOST = "127.0.0.1"
 WORKERS = 2
 
@@ -41,7 +45,6 @@ def free_port() -> int:
 
 
 def _daemon(state: Path, name: str, args: list[str]) -> int:
-    sys.path.insert(0, str(PROJECT_ROOT))
     from resources.spark import ensure_java
 
     env = {
@@ -111,12 +114,59 @@ def up(state: Path, *, worker_cores: int, worker_memory: str, timeout: float = 1
     raise SystemExit(f"the cluster did not come up in {timeout:.0f} s; logs in {state / 'logs'}")
 
 
+CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+
+def connect(state: Path, *, timeout: float = 180) -> dict:
+    """Start a Spark Connect server: one long-lived Spark that run processes attach to."""
+    described = state / "connect.json"
+    if described.exists():
+        raise SystemExit(f"a Spark Connect server is already described in {described}")
+    for folder in ("logs", "work"):
+        (state / folder).mkdir(parents=True, exist_ok=True)
+    from resources.spark import SparkResource
+
+    cluster = state / "cluster.json"
+    master = json.loads(cluster.read_text())["master_url"] if cluster.exists() else "local[*]"
+    port = free_port()
+    config = {
+        **SparkResource(master=master, ui_enabled=True).spark_config(),
+        "spark.app.name": "idempotent-lakehouse (Spark Connect)",
+        "spark.connect.grpc.binding.address": HOST,
+        "spark.connect.grpc.binding.port": str(port),
+    }
+    args = ["org.apache.spark.deploy.SparkSubmit", "--class", CONNECT_SERVER]
+    for key, value in config.items():
+        args += ["--conf", f"{key}={value}"]
+    pid = _daemon(state, "spark-connect", args)
+    server = {"remote": f"sc://{HOST}:{port}", "master": master, "pids": [pid]}
+    described.write_text(json.dumps(server, indent=2))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((HOST, port), timeout=1).close()
+            return server
+        except OSError:
+            if not _alive(pid):
+                break
+            time.sleep(0.5)
+    down(state)
+    raise SystemExit(f"Spark Connect did not come up; logs in {state / 'logs'}")
+
+
 def down(state: Path) -> list[int]:
-    """Stop the processes `up` started (by pid, process group and all); returns them."""
-    described = state / "cluster.json"
-    if not described.exists():
-        return []
-    pids = json.loads(described.read_text())["pids"]
+    """Stop the processes `up` and `connect` started (by pid, process group and all);
+    returns them."""
+    stopped = []
+    for name in ("connect.json", "cluster.json"):
+        described = state / name
+        if described.exists():
+            stopped += _stop(json.loads(described.read_text())["pids"])
+            described.unlink()
+    return stopped
+
+
+def _stop(pids: list[int]) -> list[int]:
     for pid in pids:
         try:
             os.killpg(pid, signal.SIGTERM)
@@ -128,7 +178,6 @@ def down(state: Path) -> list[int]:
             time.sleep(0.2)
         if _alive(pid):
             os.killpg(pid, signal.SIGKILL)
-    described.unlink()
     return pids
 
 
@@ -146,7 +195,7 @@ def _alive(pid: int) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["up", "down"])
+    parser.add_argument("command", choices=["up", "connect", "down"])
     parser.add_argument("--state", type=Path, default=PROJECT_ROOT / ".data" / "spark-cluster")
     parser.add_argument("--worker-cores", type=int, default=1)
     parser.add_argument("--worker-memory", default="3g")
@@ -156,6 +205,11 @@ def main() -> None:
         print(f"Spark standalone cluster: master and {WORKERS} workers on {HOST}")
         print(f"  export SPARK_MASTER={cluster['master_url']}")
         print(f"  export SPARK_MASTER_UI={cluster['master_ui']}   # the master's web UI")
+        print("  stop it with `make cluster-down`")
+    elif args.command == "connect":
+        server = connect(args.state)
+        print(f"Spark Connect server (Spark on {server['master']}) on {HOST}")
+        print(f"  export SPARK_REMOTE={server['remote']}")
         print("  stop it with `make cluster-down`")
     else:
         stopped = down(args.state)

@@ -81,6 +81,10 @@ class SparkResource(dg.ConfigurableResource):
     in-process executor every step of a run shares the one session."""
 
     master: str = "local[*]"
+    remote: str = ""
+    """Spark Connect URL of a long-lived Spark (SPARK_REMOTE, `sc://host:port`): runs attach
+    to it instead of booting a JVM each; `master`, jars and S3 settings are then the
+    server's."""
     app_name: str = "idempotent-lakehouse"
     shuffle_partitions: int = 4
     executor_memory: str = "2g"
@@ -97,22 +101,18 @@ class SparkResource(dg.ConfigurableResource):
     extra_config: dict[str, str] = {}
 
     _lazy: LazyPySparkResource | None = PrivateAttr(default=None)
+    _remote_session: SparkSession | None = PrivateAttr(default=None)
 
     def spark_config(self) -> dict[str, Any]:
         config: dict[str, Any] = {
             "spark.master": self.master,
             "spark.app.name": self.app_name,
-            "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
+            **self.session_config(),
             "spark.ui.enabled": str(self.ui_enabled).lower(),
-            "spark.sql.session.timeZone": "UTC",
             "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
             "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
-            "spark.sql.execution.arrow.pyspark.enabled": "true",
             # Progress bars belong to a terminal session, not to run logs and reports.
             "spark.ui.showConsoleProgress": "false",
-            # Delta rebuilds a table's state from its log in this many tasks (default 50):
-            # sized like the shuffles, so a small table's commit is not 50 tiny tasks.
-            "spark.databricks.delta.snapshotPartitions": str(self.shuffle_partitions),
             # VACUUM lists a table's files in this many tasks (Spark's default: 10,000).
             "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(
                 self.shuffle_partitions
@@ -141,7 +141,27 @@ class SparkResource(dg.ConfigurableResource):
         config.update(self.extra_config)
         return config
 
+    def session_config(self) -> dict[str, str]:
+        """The settings a session may change at run time (the rest is fixed at launch)."""
+        return {
+            "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+            # Delta rebuilds a table's state from its log in this many tasks (default 50):
+            # sized like the shuffles, so a small table's commit is not 50 tiny tasks.
+            "spark.databricks.delta.snapshotPartitions": str(self.shuffle_partitions),
+        }
+
     def session(self) -> SparkSession:
+        if self.remote:
+            if self._remote_session is None:
+                from pyspark.sql import SparkSession
+
+                builder = SparkSession.builder.remote(self.remote)
+                for key, value in self.session_config().items():
+                    builder = builder.config(key, value)
+                self._remote_session = builder.getOrCreate()
+            return self._remote_session
         if self._lazy is None:
             ensure_java()
             self._lazy = LazyPySparkResource(spark_config=self.spark_config())
@@ -150,12 +170,11 @@ class SparkResource(dg.ConfigurableResource):
     def ui_urls(self) -> dict[str, str]:
         """Web UIs of the Spark this run uses, if it started one: the application's UI
         (while the run process lives) and a standalone master's."""
-        if self._lazy is None:
-            return {}
         urls = {}
-        application = self._lazy.spark_session.sparkContext.uiWebUrl
-        if application:
-            urls["spark_ui"] = application
-        if self.master_ui:
+        if self._lazy is not None:
+            application = self._lazy.spark_session.sparkContext.uiWebUrl
+            if application:
+                urls["spark_ui"] = application
+        if self.master_ui and (self._lazy is not None or self._remote_session is not None):
             urls["spark_master_ui"] = self.master_ui
         return urls

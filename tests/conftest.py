@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,6 +43,10 @@ def s3_storage(s3_endpoint: str) -> S3Storage:
 
 
 def spark_resource(s3_storage: S3Storage) -> SparkResource:
+    if os.environ.get("SPARK_REMOTE"):
+        # The suite attached to a long-lived Spark (tests/test_spark_connect.py): a
+        # process holds either a Connect session or a classic one, never both.
+        return SparkResource(remote=os.environ["SPARK_REMOTE"], shuffle_partitions=2)
     # The one session of the test run reaches the local disk and the S3 server alike.
     return SparkResource(
         master="local[2]", shuffle_partitions=2, delta_jars=DELTA_JARS, s3=s3_storage

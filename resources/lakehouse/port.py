@@ -170,6 +170,7 @@ METRIC_NAMES: Mapping[str, str] = {
     "num_removed_file": "files_removed",
     # delta-spark
     "numOutputRows": "rows_inserted",
+    "numFiles": "files_added",  # a WRITE's files
     "numTargetRowsInserted": "rows_inserted",
     "numTargetRowsUpdated": "rows_updated",
     "numTargetRowsDeleted": "rows_deleted",

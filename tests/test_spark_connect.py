@@ -1,0 +1,53 @@
+"""Attaching to a long-lived Spark: a Spark Connect server started from pyspark's own
+jars (`platform/spark_cluster.py connect`, what `make spark-connect` runs), and the Delta
+port's whole contract on the delta-spark engine through it. The engine speaks only Delta
+SQL and DataFrame writes, the surface Spark Connect carries.
+
+Slow: a server JVM plus a second test process (a process holds a Connect session or a
+classic one, never both)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CLUSTER_SCRIPT = PROJECT_ROOT / "platform" / "spark_cluster.py"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def spark_remote(tmp_path_factory):
+    """The server's `sc://` URL; it is stopped by its pid even if a test fails."""
+    state = tmp_path_factory.mktemp("spark-connect")
+    command = [sys.executable, str(CLUSTER_SCRIPT)]
+    started = subprocess.run(
+        [*command, "connect", "--state", str(state)], capture_output=True, text=True, timeout=300
+    )
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield re.search(r"export SPARK_REMOTE=(\S+)", started.stdout).group(1)
+    finally:
+        subprocess.run([*command, "down", "--state", str(state)], timeout=120, check=True)
+
+
+def test_the_port_contract_holds_through_spark_connect(spark_remote):
+    assert spark_remote.startswith("sc://127.0.0.1:")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/resources/test_lakehouse_contract.py"]
+        + ["-k", "delta-spark", "-p", "no:randomly", "-q"],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "SPARK_REMOTE": spark_remote},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    summary = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 0, done.stdout[-5000:]
+    assert re.fullmatch(r"17 passed, 17 deselected in .*", summary), summary
