@@ -1,17 +1,21 @@
 """Servers tests need, started on 127.0.0.1 and stopped by their pids, also when a test
-fails: an S3-compatible object store (moto's server)."""
+fails: an S3-compatible object store (moto's server), a Spark standalone cluster, a
+Spark Connect server."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import boto3
 
+CLUSTER_SCRIPT = Path(__file__).resolve().parent.parent / "platform" / "spark_cluster.py"
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
 REGION = "us-east-1"
@@ -68,3 +72,19 @@ def create_bucket(endpoint: str, bucket: str) -> None:
         region_name=REGION,
     )
     client.create_bucket(Bucket=bucket)
+
+
+@contextmanager
+def spark_processes(command: str, state: Path) -> Iterator[dict[str, str]]:
+    """`platform/spark_cluster.py <command>` (`up`: a standalone cluster, `connect`: a
+    Spark Connect server); yields the variables it says to export. `down` stops them by
+    their pids on the way out, also when the test failed."""
+    script = [sys.executable, str(CLUSTER_SCRIPT)]
+    try:
+        started = subprocess.run(
+            [*script, command, "--state", str(state)], capture_output=True, text=True, timeout=300
+        )
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield dict(re.findall(r"export (\w+)=(\S+)", started.stdout))
+    finally:
+        subprocess.run([*script, "down", "--state", str(state)], timeout=120, check=True)

@@ -18,7 +18,6 @@ import pytest
 import servers
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-CLUSTER_SCRIPT = PROJECT_ROOT / "platform" / "spark_cluster.py"
 
 pytestmark = pytest.mark.slow
 
@@ -60,17 +59,8 @@ def embedded_default(tmp_path_factory) -> list[str]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A standalone master and two workers, stopped by their pids even if a test fails."""
-    state = tmp_path_factory.mktemp("spark-cluster")
-    command = [sys.executable, str(CLUSTER_SCRIPT)]
-    started = subprocess.run(
-        [*command, "up", "--state", str(state)], capture_output=True, text=True, timeout=300
-    )
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        exports = dict(re.findall(r"export (\w+)=(\S+)", started.stdout))
+    with servers.spark_processes("up", tmp_path_factory.mktemp("spark-cluster")) as exports:
         yield exports
-    finally:
-        subprocess.run([*command, "down", "--state", str(state)], timeout=120, check=True)
 
 
 def test_the_demo_on_a_standalone_cluster_matches_the_embedded_default(

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import servers
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-CLUSTER_SCRIPT = PROJECT_ROOT / "platform" / "spark_cluster.py"
 
 pytestmark = pytest.mark.slow
 
@@ -25,16 +25,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def spark_remote(tmp_path_factory):
     """The server's `sc://` URL; it is stopped by its pid even if a test fails."""
-    state = tmp_path_factory.mktemp("spark-connect")
-    command = [sys.executable, str(CLUSTER_SCRIPT)]
-    started = subprocess.run(
-        [*command, "connect", "--state", str(state)], capture_output=True, text=True, timeout=300
-    )
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        yield re.search(r"export SPARK_REMOTE=(\S+)", started.stdout).group(1)
-    finally:
-        subprocess.run([*command, "down", "--state", str(state)], timeout=120, check=True)
+    with servers.spark_processes("connect", tmp_path_factory.mktemp("connect")) as exports:
+        yield exports["SPARK_REMOTE"]
 
 
 def test_the_port_contract_holds_through_spark_connect(spark_remote):
