@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
 
-.PHONY: setup demo test test-slow dev bench lint clean cluster spark-connect cluster-down
+.PHONY: setup demo test test-slow dev bench bench-cluster lint clean cluster spark-connect cluster-down
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -39,10 +39,18 @@ test-slow: setup
 dev: setup
 	$(VENV)/bin/dagster dev -w workspace.yaml
 
+# Cost ratios; `LAKEHOUSE_ENGINE=delta-spark make bench` times the Overwriting and MERGE
+# bounds on delta-spark.
 bench: setup
 	$(PY) benchmarks/overwriting.py
 	$(PY) benchmarks/merge_pruning.py
 	$(PY) benchmarks/telemetry.py
+	$(PY) benchmarks/engines.py
+
+# Benchmarks that start a standalone cluster (and a Spark Connect server) themselves.
+bench-cluster: setup
+	$(PY) benchmarks/big_day.py
+	$(PY) benchmarks/deployments.py
 
 # A Spark standalone master and two workers on 127.0.0.1, from pyspark's distribution.
 cluster: setup

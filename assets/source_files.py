@@ -1,21 +1,33 @@
-"""Turning landed source files into numbered lines, and bad input into clear errors.
+"""Landed source files read by Spark, as numbered lines, and bad input as clear errors.
 
-The driver reads each file once (the bytes it fingerprinted are the bytes parsed); Spark
-splits the text into lines numbered from 1, so every rejected row can be named by file
-and line, and nothing is written while any is rejected.
+Spark's executors read the files (`binaryFile`): in one task per file they hash the bytes
+and split them into lines numbered from 1, so the content hash and the parsed rows come
+from the same bytes, and neither the bytes nor the rows pass through the Dagster process.
+That process only lists the files (size and mtime, no content) and collects what is small:
+one fact row per file and the first rejected lines, named by file and line. Nothing is
+written while any line is rejected.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from resources.landing import LandedFile
+from resources.landing import FileStat, Fingerprint, LandingZone
 
 MAX_REPORTED_PROBLEMS = 10
+MAX_FILE_BYTES = 2**31 - 1
+"""Spark holds a file's bytes in one array (`spark.sql.sources.binaryFile.maxLength`).
+Executors need a few times the largest file in memory: split bigger inputs into files."""
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+_GLOB_CHARACTERS = re.compile(r"([\\\[\]{}*?])")
+LINE_FACTS = ("source_file", "source_line", "source_size", "source_mtime", "source_sha256")
+"""Where a line comes from: what `file_facts` needs of the rows it is given."""
 
 
 @dataclass(frozen=True)
@@ -39,26 +51,135 @@ class SourceDataError(ValueError):
         super().__init__(f"rejected {source} source data (nothing was written):\n{lines}{tail}")
 
 
-def decode_utf8(landed: LandedFile) -> str | Problem:
-    """The file's text, or the problem naming the line where UTF-8 decoding failed."""
-    try:
-        return landed.content.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = landed.content[: e.start].count(b"\n") + 1
-        return Problem(landed.path, line, f"not valid UTF-8 ({e.reason})")
+def _hadoop_path(landing: LandingZone, path: str) -> str:
+    """The absolute path Spark is given, with Hadoop's glob characters escaped so a
+    file named `a[1].jsonl` is read as itself."""
+    return _GLOB_CHARACTERS.sub(r"\\\1", str(landing.absolute(path)))
 
 
-def numbered_lines(documents: DataFrame) -> DataFrame:
-    """One row per non-blank line of each document (`source_file`, `content`, and any
-    other columns, which are carried along), with `source_line` (from 1) and `text`."""
-    carried = [c for c in documents.columns if c != "content"]
-    return (
-        documents.select(
-            *carried, F.posexplode(F.split("content", r"\r?\n")).alias("position", "text")
+def unreadable_by_spark(files: Sequence[FileStat]) -> list[Problem]:
+    """Files Spark cannot read, found from their listing alone."""
+    problems = []
+    for stat in files:
+        if ":" in stat.path.rsplit("/", 1)[-1]:
+            # Hadoop's Path parses what precedes a ':' in a name as a URI scheme.
+            problems.append(Problem(stat.path, None, "':' in a file name: rename the file"))
+        elif stat.size > MAX_FILE_BYTES:
+            problems.append(
+                Problem(stat.path, None, f"{stat.size} bytes, over {MAX_FILE_BYTES}: split it")
+            )
+    return problems
+
+
+def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileStat]) -> DataFrame:
+    """The lines of `files`, read on Spark's executors, with `LINE_FACTS`, `text` and
+    `read_problem`:
+
+    - `source_file` (landing path), `source_line` (from 1; blank lines are skipped but
+      counted) and `text` (without line break; a leading UTF-8 byte-order mark dropped);
+    - `read_problem`: "not valid UTF-8" on the lines of an invalid file that hold
+      undecodable bytes (shown as U+FFFD once decoded), else null;
+    - `source_size`, `source_mtime` and `source_sha256` of the line's file, so per-file
+      facts come from the rows themselves (`file_facts`).
+
+    A file without any non-blank line keeps one row, with a null `text` and `source_line`,
+    so its facts are never lost; empty (0-byte) files have no row at all (Spark skips
+    them). Callers decide what an empty file means.
+    """
+    problems = unreadable_by_spark(files)
+    if problems:
+        raise SourceDataError("landed", problems)
+    readable = [stat for stat in files if stat.size > 0]
+    if not readable:
+        return spark.createDataFrame(
+            [],
+            "source_file string, source_line int, text string, read_problem string, "
+            "source_size long, source_mtime timestamp, source_sha256 string",
         )
-        .where(F.trim("text") != "")
-        .select(*carried, (F.col("position") + 1).cast("int").alias("source_line"), "text")
+    # Spark names files `file:<absolute path>` (Hadoop's rendering of a local path).
+    prefix = f"file:{landing.absolute('')}/"
+    documents = (
+        spark.read.format("binaryFile")
+        .load([_hadoop_path(landing, stat.path) for stat in readable])
+        .select(
+            F.substring(F.col("path"), len(prefix) + 1, 2**31 - 1).alias("source_file"),
+            F.col("length").alias("source_size"),
+            F.col("modificationTime").alias("source_mtime"),
+            F.sha2(F.col("content"), 256).alias("source_sha256"),
+            F.col("content").cast("string").alias("content"),
+        )
+        # Facts of the whole file are computed here, once per file: in the projection
+        # beside the explode below they would be evaluated again for every line.
+        .withColumn("valid_utf8", F.is_valid_utf8("content"))
+        .withColumn("has_line", ~F.col("content").rlike(r"^\ufeff?\s*$"))
     )
+    lines = documents.select(
+        "source_file",
+        "source_size",
+        "source_mtime",
+        "source_sha256",
+        "valid_utf8",
+        "has_line",
+        F.posexplode(F.split("content", r"\r?\n")).alias("position", "text"),
+    ).withColumn(
+        "text",
+        F.when(F.col("position") == 0, F.regexp_replace("text", "^\ufeff", "")).otherwise(
+            F.col("text")
+        ),
+    )
+    kept = lines.where(F.col("text").rlike(r"\S") | (~F.col("has_line") & (F.col("position") == 0)))
+    return kept.select(
+        "source_file",
+        F.when(F.col("has_line"), F.col("position") + 1).cast("int").alias("source_line"),
+        F.when(F.col("has_line"), F.col("text")).alias("text"),
+        F.when(
+            ~F.col("valid_utf8") & F.contains("text", F.lit("\ufffd")), F.lit("not valid UTF-8")
+        ).alias("read_problem"),
+        "source_size",
+        "source_mtime",
+        "source_sha256",
+    )
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    fingerprints: list[Fingerprint]
+    """One per listed file, in path order."""
+    lines: int
+    """Non-blank lines read."""
+
+
+def file_facts(rows: DataFrame, files: Sequence[FileStat]) -> FileFacts:
+    """Fingerprints and line count of `files` from rows of `read_lines` (cache them first:
+    this is one more job over them). A listed file Spark did not see was emptied or removed
+    while the run read it."""
+    seen = {
+        row.source_file: row
+        for row in rows.groupBy("source_file")
+        .agg(
+            F.first("source_size").alias("size"),
+            F.first("source_mtime").alias("mtime"),
+            F.first("source_sha256").alias("sha256"),
+            F.count("source_line").alias("lines"),
+        )
+        .collect()
+    }
+    lines = sum(row.lines for row in seen.values())
+    fingerprints, problems = [], []
+    for stat in sorted(files, key=lambda s: s.path):
+        row = seen.pop(stat.path, None)
+        if row is not None:
+            mtime_ns = int(row.mtime.timestamp() * 1_000_000) * 1000
+            fingerprints.append(Fingerprint(stat.path, row.size, mtime_ns, row.sha256))
+        elif stat.size == 0:
+            fingerprints.append(Fingerprint(stat.path, 0, stat.mtime_ns, EMPTY_SHA256))
+        else:
+            problems.append(Problem(stat.path, None, "emptied or removed while it was read"))
+    if problems:
+        raise SourceDataError("landed", problems)
+    if seen:
+        raise RuntimeError(f"Spark read files that were not listed: {sorted(seen)[:5]}")
+    return FileFacts(fingerprints, lines)
 
 
 def first_problems(source: str, rows: DataFrame, problem: Column) -> None:

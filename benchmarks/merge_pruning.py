@@ -12,12 +12,16 @@ partition, Delta's advice of few, large partitions). `daily` partitions by `chan
 adds to the snapshot and MERGE planning cost in delta-rs even when pruning reads one.
 delta-rs's streamed MERGE counts files scanned/skipped only when it prunes files before
 the join, so those figures show pruning for the `daily` layout only; the times show it.
-Run: `.venv/bin/python benchmarks/merge_pruning.py` (or `make bench`).
+The tables are built with delta-rs (set-up, not measured); the MERGEs run on `--engine`
+(default: LAKEHOUSE_ENGINE, else delta-rs). delta-spark reports no files scanned/skipped.
+Run: `.venv/bin/python benchmarks/merge_pruning.py [--engine delta-spark]` (or `make bench`).
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
+import os
 import statistics
 import sys
 import tempfile
@@ -87,7 +91,8 @@ def merge(lake: Lakehouse, batch: pa.Table, *, bound: str | None) -> tuple[float
     condition = KEY_MATCH
     if bound:
         value = batch.column(bound)[0].as_py()
-        condition = f"{eq(f't.{bound}', value).render('datafusion')} AND {KEY_MATCH}"
+        dialect = "spark" if lake.engine == "delta-spark" else "datafusion"
+        condition = f"{eq(f't.{bound}', value).render(dialect)} AND {KEY_MATCH}"
     started = time.perf_counter()
     result = lake.merge("devices", batch, on=condition, clauses=CLAUSES, metadata=META)
     elapsed = time.perf_counter() - started
@@ -100,6 +105,9 @@ def merge(lake: Lakehouse, batch: pa.Table, *, bound: str | None) -> tuple[float
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", default=os.environ.get("LAKEHOUSE_ENGINE", "delta-rs"))
+    engine = parser.parse_args().engine
     cases = [("monthly", True), ("monthly", False), ("daily", True)]
     with tempfile.TemporaryDirectory(prefix="bench-merge-") as tmp:
         lakes = {}
@@ -110,7 +118,7 @@ def main() -> int:
                 lake.overwrite("devices", devices(dates), partition_by=[column], metadata=META)
                 # A table grown by daily commits carries checkpoints; so does this one.
                 DeltaTable(lake.uri("devices")).create_checkpoint()
-                lakes[(layout, size)] = lake
+                lakes[(layout, size)] = Lakehouse(root=lake.root, engine=engine, spark=lake.spark)
                 print(
                     f"built {size}-row table, {layout} partitions, in "
                     f"{time.perf_counter() - started:.1f} s"
@@ -125,7 +133,7 @@ def main() -> int:
                 seconds, files = merge(lakes[(layout, size)], batch_for(date_index, r), bound=bound)
                 timings[((layout, pruned), size)].append(seconds)
                 scanned[((layout, pruned), size)] = files
-        print(f"\nMERGE of a {BATCH:,}-row batch (median of {ROUNDS}):")
+        print(f"\nMERGE of a {BATCH:,}-row batch (median of {ROUNDS}, {engine}):")
         median = {key: statistics.median(values) for key, values in timings.items()}
         for ((layout, pruned), size), seconds in median.items():
             label = f"{layout}, {'pruned' if pruned else 'unpruned'}"

@@ -9,12 +9,16 @@
 
 Every figure is the median of several repetitions; timings on shared 2-core machines are
 noisy, so the ratios (taken within this one run) are the result. Exits 1 if a bound fails.
-Run: `make bench` (or `.venv/bin/python benchmarks/overwriting.py`).
+The tables are built with delta-rs (set-up, not measured); the timed operations run on
+`--engine` (default: LAKEHOUSE_ENGINE, else delta-rs).
+Run: `make bench` (or `.venv/bin/python benchmarks/overwriting.py [--engine delta-spark]`).
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
+import os
 import statistics
 import sys
 import tempfile
@@ -74,7 +78,7 @@ def week(i: int) -> dt.date:
     return FIRST_MONDAY + dt.timedelta(weeks=i)
 
 
-def history_of_weeks(root: Path, history: int) -> Lakehouse:
+def history_of_weeks(root: Path, history: int, engine: str) -> Lakehouse:
     """`history` weekly tables, and the same weeks in one big table whose files each hold
     many weeks (as a compacted table's would)."""
     lake = Lakehouse(root=str(root / f"h{history}"), spark=SparkResource())
@@ -82,13 +86,13 @@ def history_of_weeks(root: Path, history: int) -> Lakehouse:
     for i, data in enumerate(weeks):
         replace_week(lake, week(i), data, metadata=META)
     lake.overwrite("visits_big", pa.concat_tables(weeks), metadata=META)
-    return lake
+    return Lakehouse(root=lake.root, engine=engine, spark=lake.spark)
 
 
-def weekly_costs(root: Path) -> dict[int, tuple[float, float]]:
+def weekly_costs(root: Path, engine: str) -> dict[int, tuple[float, float]]:
     """Median (cleaner, DELETE+INSERT) seconds to replace one week, per history length.
     Rounds interleave the history lengths, so machine load hits them alike."""
-    lakes = {history: history_of_weeks(root, history) for history in HISTORY_WEEKS}
+    lakes = {history: history_of_weeks(root, history, engine) for history in HISTORY_WEEKS}
     timings: dict[int, tuple[list[float], list[float]]] = {h: ([], []) for h in HISTORY_WEEKS}
     for r in range(REPEATS):
         for history, lake in lakes.items():
@@ -111,7 +115,7 @@ def weekly_costs(root: Path) -> dict[int, tuple[float, float]]:
     return costs
 
 
-def daily_table(root: Path, days: int) -> Lakehouse:
+def daily_table(root: Path, days: int, engine: str) -> Lakehouse:
     """A daily table grown one day per commit, as the daily asset grows it."""
     lake = Lakehouse(root=str(root / f"d{days}"), spark=SparkResource())
     for d in range(days):
@@ -123,11 +127,11 @@ def daily_table(root: Path, days: int) -> Lakehouse:
             partition_by=["event_date"],
             metadata=META,
         )
-    return lake
+    return Lakehouse(root=lake.root, engine=engine, spark=lake.spark)
 
 
-def daily_costs(root: Path) -> dict[int, float]:
-    lakes = {days: daily_table(root, days) for days in (DAYS_SMALL, DAYS_LARGE)}
+def daily_costs(root: Path, engine: str) -> dict[int, float]:
+    lakes = {days: daily_table(root, days, engine) for days in (DAYS_SMALL, DAYS_LARGE)}
     timings: dict[int, list[float]] = {days: [] for days in lakes}
     for r in range(REPEATS):
         for days, lake in lakes.items():
@@ -149,15 +153,18 @@ def daily_costs(root: Path) -> dict[int, float]:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", default=os.environ.get("LAKEHOUSE_ENGINE", "delta-rs"))
+    engine = parser.parse_args().engine
     with tempfile.TemporaryDirectory(prefix="bench-overwriting-") as tmp:
         root = Path(tmp)
         print(
             f"Fast Metadata Cleaner vs DELETE+INSERT ({ROWS_PER_WEEK:,} rows a week, "
-            f"median of {REPEATS}):"
+            f"median of {REPEATS}, {engine}):"
         )
-        weekly = weekly_costs(root)
-        print(f"\nData Overwrite ({ROWS_PER_DAY:,} rows a day, median of {REPEATS}):")
-        daily = daily_costs(root)
+        weekly = weekly_costs(root, engine)
+        print(f"\nData Overwrite ({ROWS_PER_DAY:,} rows a day, median of {REPEATS}, {engine}):")
+        daily = daily_costs(root, engine)
 
     flat = weekly[HISTORY_WEEKS[-1]][0] / weekly[HISTORY_WEEKS[0]][0]
     versus = weekly[HISTORY_WEEKS[-1]][1] / weekly[HISTORY_WEEKS[-1]][0]

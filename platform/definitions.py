@@ -15,12 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
-from dagster_deltalake import S3Config
-from dagster_deltalake.config import ClientConfig
 
 from assets import maintenance, overwriting, telemetry, updates
 from resources import Lakehouse, LandingZone, SparkResource
-from resources.object_store import S3Storage, is_object_store
+from resources.object_store import is_object_store, storage_from_environment
 from sensors import sensors
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -35,34 +33,18 @@ def _location(value: str) -> str:
     return str(path if path.is_absolute() else (PROJECT_ROOT / path).resolve())
 
 
-# S3Config field <- environment variable (the names AWS's own clients read).
-S3_ENVIRONMENT = {
-    "endpoint": "AWS_ENDPOINT_URL",
-    "access_key_id": "AWS_ACCESS_KEY_ID",
-    "secret_access_key": "AWS_SECRET_ACCESS_KEY",
-    "token": "AWS_SESSION_TOKEN",
-    "region": "AWS_REGION",
-}
-
-
-def s3_storage(env: Mapping[str, str]) -> S3Storage:
-    """Object-store settings from the environment: each variable that is set becomes a
-    dg.EnvVar, resolved when a run starts."""
-    settings = {field: dg.EnvVar(var) for field, var in S3_ENVIRONMENT.items() if env.get(var)}
-    allow_http = env.get("AWS_ALLOW_HTTP", "").lower() in ("1", "true", "yes")
-    return S3Storage(s3=S3Config(**settings), client=ClientConfig(allow_http=allow_http or None))
-
-
 def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource]:
     engine = env.get("LAKEHOUSE_ENGINE", "delta-rs")
     if engine not in ("delta-rs", "delta-spark"):
         raise ValueError(f"LAKEHOUSE_ENGINE must be 'delta-rs' or 'delta-spark', not {engine!r}")
     root = _location(env.get("LAKEHOUSE_ROOT", ".data/lakehouse"))
-    storage = s3_storage(env) if is_object_store(root) else None
+    storage = storage_from_environment(env) if is_object_store(root) else None
     spark = SparkResource(
         master=env.get("SPARK_MASTER", "local[*]"),
         remote=env.get("SPARK_REMOTE", ""),
         master_ui=env.get("SPARK_MASTER_UI", ""),
+        executor_memory=env.get("SPARK_EXECUTOR_MEMORY", "2g"),
+        driver_memory=env.get("SPARK_DRIVER_MEMORY", ""),
         # The application's UI, linked from each materialization while its run lives.
         ui_enabled=True,
         delta_jars=env.get("DELTA_SPARK_JARS", ""),

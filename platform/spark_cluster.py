@@ -124,13 +124,21 @@ def connect(state: Path, *, timeout: float = 180) -> dict:
         raise SystemExit(f"a Spark Connect server is already described in {described}")
     for folder in ("logs", "work"):
         (state / folder).mkdir(parents=True, exist_ok=True)
+    from resources.object_store import S3_ENVIRONMENT, storage_from_environment
     from resources.spark import SparkResource
 
     cluster = state / "cluster.json"
     master = json.loads(cluster.read_text())["master_url"] if cluster.exists() else "local[*]"
+    # Runs attached to this server write `s3://` tables through its Spark: it needs the
+    # object store's settings (from the same AWS_* variables a run reads) when they are set.
+    s3 = (
+        storage_from_environment(os.environ, deferred=False)
+        if any(os.environ.get(var) for var in S3_ENVIRONMENT.values())
+        else None
+    )
     port = free_port()
     config = {
-        **SparkResource(master=master, ui_enabled=True).spark_config(),
+        **SparkResource(master=master, ui_enabled=True, s3=s3).spark_config(),
         "spark.app.name": "idempotent-lakehouse (Spark Connect)",
         "spark.connect.grpc.binding.address": HOST,
         "spark.connect.grpc.binding.port": str(port),

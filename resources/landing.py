@@ -67,12 +67,15 @@ def sources_digest(fingerprints: Iterable[Fingerprint]) -> str:
 
 
 class LandingZone(dg.ConfigurableResource):
-    """Source files under one local root. The driver (or sensor) reads them, so the
-    content hash and the parsed rows come from the same bytes."""
+    """Source files under one local root (or a mount every Spark executor sees at the same
+    path). Sensors list and fingerprint them here; Spark assets only list them here and
+    read them on the executors (`assets/source_files.py`); telemetry reads them here, so
+    its content hashes and parsed rows come from the same bytes."""
 
     root: str
 
-    def _abs(self, path: str) -> Path:
+    def absolute(self, path: str) -> Path:
+        """The file's resolved local path; refuses paths that leave the landing zone."""
         root = Path(self.root).resolve()
         full = (root / path).resolve()
         if root != full and root not in full.parents:
@@ -82,7 +85,7 @@ class LandingZone(dg.ConfigurableResource):
     def list(self, prefix: str, *, suffix: str = "") -> list[FileStat]:
         """Files under `prefix` (recursive) whose name ends with `suffix`, sorted by path.
         Hidden and temporary files (leading '.' or '_') are writers' work in progress."""
-        base = self._abs(prefix)
+        base = self.absolute(prefix)
         if not base.is_dir():
             return []
         root = Path(self.root).resolve()
@@ -100,11 +103,19 @@ class LandingZone(dg.ConfigurableResource):
         return sorted(stats, key=lambda s: s.path)
 
     def exists(self, path: str) -> bool:
-        return self._abs(path).is_file()
+        return self.absolute(path).is_file()
+
+    def stat(self, path: str) -> FileStat | None:
+        """The listing facts of one file; None when it has not landed."""
+        full = self.absolute(path)
+        if not full.is_file():
+            return None
+        st = full.stat()
+        return FileStat(path, st.st_size, st.st_mtime_ns)
 
     def head(self, path: str, size: int = 4096) -> bytes:
         """The file's first `size` bytes (for rules that read a header line)."""
-        with self._abs(path).open("rb") as f:
+        with self.absolute(path).open("rb") as f:
             return f.read(size)
 
     def read(
@@ -113,7 +124,7 @@ class LandingZone(dg.ConfigurableResource):
         """The file's bytes and hash. `prefixes(content)` names prefix lengths to hash as
         well (e.g. what of a growing file was seen before): all hashes come from one pass
         over the bytes, which matters for files of hundreds of megabytes."""
-        full = self._abs(path)
+        full = self.absolute(path)
         content = full.read_bytes()
         st = full.stat()
         cuts = sorted(

@@ -17,6 +17,7 @@ documents for it, never an unsafe-rename switch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from urllib.parse import urlparse
 
 import dagster as dg
@@ -25,6 +26,14 @@ from dagster_deltalake.config import ClientConfig
 from pyarrow import fs as pafs
 
 S3_SCHEMES = ("s3://", "s3a://")
+# S3Config field <- environment variable (the names AWS's own clients read).
+S3_ENVIRONMENT = {
+    "endpoint": "AWS_ENDPOINT_URL",
+    "access_key_id": "AWS_ACCESS_KEY_ID",
+    "secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "token": "AWS_SESSION_TOKEN",
+    "region": "AWS_REGION",
+}
 
 
 def is_object_store(uri: str) -> bool:
@@ -93,3 +102,16 @@ def object_path(uri: str) -> str:
     """`s3://bucket/key` -> `bucket/key`, the form pyarrow's S3 filesystem takes."""
     parsed = urlparse(uri)
     return f"{parsed.netloc}{parsed.path}".rstrip("/")
+
+
+def storage_from_environment(env: Mapping[str, str], *, deferred: bool = True) -> S3Storage:
+    """Object-store settings from the AWS_* variables that are set in `env`. Deferred: as
+    `dg.EnvVar`s, resolved when a run starts (so secrets never land in run config);
+    otherwise their values now (for a Spark server started outside Dagster)."""
+    settings = {
+        field: dg.EnvVar(var) if deferred else env[var]
+        for field, var in S3_ENVIRONMENT.items()
+        if env.get(var)
+    }
+    allow_http = env.get("AWS_ALLOW_HTTP", "").lower() in ("1", "true", "yes")
+    return S3Storage(s3=S3Config(**settings), client=ClientConfig(allow_http=allow_http or None))

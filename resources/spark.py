@@ -89,6 +89,10 @@ class SparkResource(dg.ConfigurableResource):
     shuffle_partitions: int = 4
     executor_memory: str = "2g"
     """Memory per executor on a cluster (`spark://`, YARN, k8s)."""
+    driver_memory: str = ""
+    """The driver JVM's heap (SPARK_DRIVER_MEMORY). Empty: 4g with a `local` master (the
+    driver is the executor too), Spark's default (1g) with a cluster, where the driver
+    plans and commits but never holds the data."""
     ui_enabled: bool = False
     master_ui: str = ""
     """The cluster master's web UI (SPARK_MASTER_UI), linked from materializations."""
@@ -122,9 +126,11 @@ class SparkResource(dg.ConfigurableResource):
         # `python3` comes first on PATH.
         config["spark.pyspark.python"] = sys.executable
         if self.master.startswith("local"):
-            config["spark.driver.memory"] = "4g"
+            config["spark.driver.memory"] = self.driver_memory or "4g"
         else:
             config["spark.executor.memory"] = self.executor_memory
+            if self.driver_memory:
+                config["spark.driver.memory"] = self.driver_memory
         if urlparse(self.master).hostname in LOOPBACK:
             # A cluster on this machine reaches the driver on loopback, whatever the
             # machine's hostname resolves to.

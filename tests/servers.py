@@ -4,6 +4,7 @@ Spark Connect server."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -63,6 +64,17 @@ def s3_server() -> Iterator[str]:
         stop(process)
 
 
+def s3_environment(endpoint: str) -> dict[str, str]:
+    """The AWS_* variables a run (or a Spark server) reads to reach the moto server."""
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_REGION": REGION,
+        "AWS_ALLOW_HTTP": "true",
+    }
+
+
 def create_bucket(endpoint: str, bucket: str) -> None:
     client = boto3.client(
         "s3",
@@ -75,14 +87,20 @@ def create_bucket(endpoint: str, bucket: str) -> None:
 
 
 @contextmanager
-def spark_processes(command: str, state: Path) -> Iterator[dict[str, str]]:
+def spark_processes(
+    command: str, state: Path, env: dict[str, str] | None = None
+) -> Iterator[dict[str, str]]:
     """`platform/spark_cluster.py <command>` (`up`: a standalone cluster, `connect`: a
     Spark Connect server); yields the variables it says to export. `down` stops them by
     their pids on the way out, also when the test failed."""
     script = [sys.executable, str(CLUSTER_SCRIPT)]
     try:
         started = subprocess.run(
-            [*script, command, "--state", str(state)], capture_output=True, text=True, timeout=300
+            [*script, command, "--state", str(state)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, **(env or {})},
         )
         assert started.returncode == 0, started.stdout + started.stderr
         yield dict(re.findall(r"export (\w+)=(\S+)", started.stdout))

@@ -1,5 +1,6 @@
 """The demo's pipelines, unchanged, on the deployments a user grows into: a Spark
-standalone cluster with the delta-spark engine, and an S3 object store with each engine.
+standalone cluster with the delta-spark engine, an S3 object store with each engine, and
+a long-lived Spark (Spark Connect) writing to the object store.
 Each prints the same content checksums and telemetry totals as the embedded default.
 
 Slow: every deployment runs the whole demo in its own process (`make test-slow`)."""
@@ -83,10 +84,25 @@ def test_the_demo_on_an_object_store_matches_the_embedded_default(
         tmp_path,
         LAKEHOUSE_ROOT=f"s3://{bucket}/lakehouse",
         LAKEHOUSE_ENGINE=engine,
-        AWS_ENDPOINT_URL=s3_endpoint,
-        AWS_ACCESS_KEY_ID=servers.ACCESS_KEY,
-        AWS_SECRET_ACCESS_KEY=servers.SECRET_KEY,
-        AWS_REGION=servers.REGION,
-        AWS_ALLOW_HTTP="true",
+        **servers.s3_environment(s3_endpoint),
     )
     assert on_s3 == embedded_default
+
+
+def test_the_demo_through_spark_connect_on_an_object_store_matches_the_embedded_default(
+    tmp_path, s3_endpoint, embedded_default
+):
+    """Runs attached to a long-lived Spark (SPARK_REMOTE): the server holds the S3
+    settings it was started with, the run process no JVM."""
+    s3 = servers.s3_environment(s3_endpoint)
+    bucket = f"demo-{uuid.uuid4().hex[:12]}"
+    servers.create_bucket(s3_endpoint, bucket)
+    with servers.spark_processes("connect", tmp_path / "connect", s3) as exports:
+        through_connect = run_demo(
+            tmp_path / "run",
+            LAKEHOUSE_ROOT=f"s3://{bucket}/lakehouse",
+            LAKEHOUSE_ENGINE="delta-spark",
+            SPARK_REMOTE=exports["SPARK_REMOTE"],
+            **s3,
+        )
+    assert through_connect == embedded_default

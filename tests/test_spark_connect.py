@@ -12,10 +12,14 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
+import partition_writer
 import pytest
 import servers
+
+from resources import Lakehouse
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,9 +27,12 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def spark_remote(tmp_path_factory):
-    """The server's `sc://` URL; it is stopped by its pid even if a test fails."""
-    with servers.spark_processes("connect", tmp_path_factory.mktemp("connect")) as exports:
+def spark_remote(tmp_path_factory, s3_endpoint):
+    """The server's `sc://` URL; it is stopped by its pid even if a test fails. It is
+    started with the object store's AWS_* settings, as `make spark-connect` would be."""
+    with servers.spark_processes(
+        "connect", tmp_path_factory.mktemp("connect"), servers.s3_environment(s3_endpoint)
+    ) as exports:
         yield exports["SPARK_REMOTE"]
 
 
@@ -43,3 +50,17 @@ def test_the_port_contract_holds_through_spark_connect(spark_remote):
     summary = done.stdout.strip().splitlines()[-1]
     assert done.returncode == 0, done.stdout[-5000:]
     assert re.fullmatch(r"17 passed, 17 deselected in .*", summary), summary
+
+
+def test_delta_spark_writer_processes_sharing_one_spark_lose_no_s3_commit(
+    spark_remote, s3_endpoint, s3_storage, spark
+):
+    """delta-spark's S3 log store makes commits exclusive within one Spark driver: two
+    writer processes attached to the one long-lived Spark race on one table and every
+    commit lands."""
+    bucket = f"race-{uuid.uuid4().hex[:12]}"
+    servers.create_bucket(s3_endpoint, bucket)
+    lake = Lakehouse(
+        root=f"s3://{bucket}/lakehouse", engine="delta-rs", spark=spark, s3=s3_storage
+    )
+    partition_writer.race(lake, s3_endpoint, engine="delta-spark", remote=spark_remote)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-_DAY_FOLDER = re.compile(r"^visits/date=(\d{4}-\d{2}-\d{2})/")
+DAY_FOLDER_PATTERN = r"^visits/date=(\d{4}-\d{2}-\d{2})/"
+"""A visits file's path, its event day captured (Python and Spark regex alike)."""
+_DAY_FOLDER = re.compile(DAY_FOLDER_PATTERN)
 
 
 def parse_day(key: str) -> dt.date:

@@ -1,8 +1,8 @@
 """Visits source files: `LANDING_ROOT/visits/date=YYYY-MM-DD/*.jsonl`, one visit per line.
 
-Parsing and validation run in Spark; the driver reads the bytes (the same bytes it
-fingerprinted) and Spark splits them into numbered lines, so every rejected row can be
-named by file and line.
+Spark's executors read, number, parse and validate the lines (`read_lines`), so every
+rejected row is named by file and line, and a day of any size never passes through the
+Dagster process: it lists the files and collects one fact row per file.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from assets.overwriting.calendar import day_folder, day_of_file
+from assets.overwriting.calendar import DAY_FOLDER_PATTERN, day_folder, day_of_file
 from assets.source_files import (
     Problem,
     SourceDataError,
-    decode_utf8,
+    file_facts,
     first_problems,
-    numbered_lines,
+    read_lines,
 )
-from resources.landing import Fingerprint, LandedFile, LandingZone
+from resources.landing import FileStat, Fingerprint, LandingZone
 
 VISIT_FIELDS = T.StructType(
     [
@@ -54,13 +54,9 @@ class ParsedVisits:
     """Valid visits, one row per visit_id, plus what parsing saw."""
 
     frame: DataFrame
-    files: list[LandedFile]
+    sources: list[Fingerprint]
     lines_read: int
     duplicates_dropped: int
-
-    @property
-    def sources(self) -> list[Fingerprint]:
-        return [f.fingerprint for f in self.files]
 
     def facts(self) -> dict[str, int]:
         """What a materialization reports about its input."""
@@ -70,39 +66,27 @@ class ParsedVisits:
 def parse_landed_visits(
     spark: SparkSession, landing: LandingZone, days: Sequence[dt.date]
 ) -> ParsedVisits:
-    """Read and parse every visits file of `days` (see `parse_visits`)."""
-    files = [
-        landing.read(stat.path)
-        for day in days
-        for stat in landing.list(day_folder(day), suffix=".jsonl")
-    ]
-    return parse_visits(spark, files)
+    """Parse every visits file of `days` (see `parse_visits`)."""
+    files = [stat for day in days for stat in landing.list(day_folder(day), suffix=".jsonl")]
+    return parse_visits(spark, landing, files)
 
 
-def _decoded(files: Sequence[LandedFile]) -> list[tuple[str, dt.date, str]]:
-    rows, problems = [], []
-    for landed in files:
-        day = day_of_file(landed.path)
-        if day is None:
-            problems.append(
-                Problem(landed.path, None, "not under a visits/date=YYYY-MM-DD/ folder")
-            )
-            continue
-        if not landed.content.strip():
-            problems.append(Problem(landed.path, None, "file is empty"))
-            continue
-        text = decode_utf8(landed)
-        if isinstance(text, Problem):
-            problems.append(text)
-            continue
-        rows.append((landed.path, day, text))
-    if problems:
-        raise SourceDataError("visits", problems)
-    return rows
+def _misplaced_or_empty(files: Sequence[FileStat]) -> list[Problem]:
+    problems = []
+    for stat in files:
+        if day_of_file(stat.path) is None:
+            problems.append(Problem(stat.path, None, "not under a visits/date=YYYY-MM-DD/ folder"))
+        elif stat.size == 0:
+            problems.append(Problem(stat.path, None, "file is empty"))
+    return problems
 
 
 def _problem(record: Column, event_time: Column) -> Column:
-    check = F.when(record.isNull() | record["_corrupt_record"].isNotNull(), F.lit("malformed JSON"))
+    check = (
+        F.when(F.col("read_problem").isNotNull(), F.col("read_problem"))
+        .when(F.col("text").isNull(), F.lit("file is empty"))
+        .when(record.isNull() | record["_corrupt_record"].isNotNull(), F.lit("malformed JSON"))
+    )
     for name in REQUIRED_FIELDS:
         check = check.when(
             record[name].isNull() | (F.trim(record[name]) == ""),
@@ -129,33 +113,36 @@ def _problem(record: Column, event_time: Column) -> Column:
     )
 
 
-def parse_visits(spark: SparkSession, files: Sequence[LandedFile]) -> ParsedVisits:
+def parse_visits(
+    spark: SparkSession, landing: LandingZone, files: Sequence[FileStat]
+) -> ParsedVisits:
     """Parse and validate landed visit files; raises SourceDataError naming every bad
     file and line it found (up to a limit) before anything can be written.
 
     A visit delivered twice (a duplicated file, a re-sent line) is kept once: the copy
     from the first file and line in path order, so the choice never depends on timing.
     """
-    files = list(files)
-    lines = numbered_lines(
-        spark.createDataFrame(
-            _decoded(files), "source_file string, folder_day date, content string"
-        )
-    )
+    problems = _misplaced_or_empty(files)
+    if problems:
+        raise SourceDataError("visits", problems)
     record = F.from_json(
         "text",
         VISIT_FIELDS,
         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
     )
+    folder_day = F.to_date(F.regexp_extract("source_file", DAY_FOLDER_PATTERN, 1))
     parsed = (
-        lines.withColumn("record", record)
+        read_lines(spark, landing, files)
+        .withColumn("folder_day", folder_day)
+        .withColumn("record", record)
         .withColumn("event_ts", F.expr("try_cast(record.event_time AS TIMESTAMP)"))
         .withColumn("problem", _problem(F.col("record"), F.col("event_ts")))
+        .drop("text")
         .cache()
     )
     try:
         first_problems("visits", parsed, F.col("problem"))
-        lines_read = parsed.count()
+        facts = file_facts(parsed, files)
         first_copy = Window.partitionBy("visit_id").orderBy("source_file", "source_line")
         visits = (
             parsed.select(
@@ -177,4 +164,4 @@ def parse_visits(spark: SparkSession, files: Sequence[LandedFile]) -> ParsedVisi
         kept = visits.count()
     finally:
         parsed.unpersist()
-    return ParsedVisits(visits, files, lines_read, lines_read - kept)
+    return ParsedVisits(visits, facts.fingerprints, facts.lines, facts.lines - kept)

@@ -20,13 +20,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from assets.source_files import (
+    LINE_FACTS,
     Problem,
     SourceDataError,
-    decode_utf8,
+    file_facts,
     first_problems,
-    numbered_lines,
+    read_lines,
 )
-from resources.landing import Fingerprint, LandingZone
+from resources.landing import FileStat, Fingerprint, LandingZone
 
 DEVICE_COLUMNS = ("type", "full_name", "version")
 CDC_HEADERS = ("type;full_name;version", "type;full_name;version;is_deleted")
@@ -68,14 +69,17 @@ def device_catalog_path(day: dt.date) -> str:
     return f"device_catalog/{day.isoformat()}.jsonl"
 
 
-def _text(landing: LandingZone, path: str, source: str) -> tuple[Fingerprint, str]:
-    if not landing.exists(path):
+def _landed(landing: LandingZone, path: str, source: str) -> FileStat:
+    stat = landing.stat(path)
+    if stat is None:
         raise SourceDataError(source, [Problem(path, None, "change file has not landed")])
-    landed = landing.read(path)
-    text = decode_utf8(landed)
-    if isinstance(text, Problem):
-        raise SourceDataError(source, [text])
-    return landed.fingerprint, text
+    return stat
+
+
+def _cdc_header(landing: LandingZone, stat: FileStat) -> str:
+    """The file's first line, stripped: its header, or "" when it has none."""
+    first = landing.head(stat.path).split(b"\n", 1)[0]
+    return first.decode("utf-8", errors="replace").strip().lstrip("\ufeff")
 
 
 def _last_line_per_key(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
@@ -87,42 +91,52 @@ def _required(value: Column, name: str) -> Column:
     return F.when(value.isNull() | (F.trim(value) == ""), F.lit(f"missing required field '{name}'"))
 
 
-def _finish(rows: DataFrame, keys: Sequence[str], source: Fingerprint) -> ChangeSet:
+def _finish(
+    source: str,
+    rows: DataFrame,
+    columns: Sequence[str],
+    keys: Sequence[str],
+    stat: FileStat,
+) -> ChangeSet:
+    """Refuse the file if any line has a `problem`, else fold it to one row per key."""
     rows = rows.cache()
     try:
-        rows_read = rows.count()
-        frame = _last_line_per_key(rows, keys).orderBy(*keys).localCheckpoint()
-        return ChangeSet(frame, source, rows_read, frame.count())
+        first_problems(source, rows, F.col("problem"))
+        facts = file_facts(rows, [stat])
+        changes = rows.where(F.col("source_line").isNotNull()).select("source_line", *columns)
+        frame = (
+            _last_line_per_key(changes, keys).drop("source_line").orderBy(*keys).localCheckpoint()
+        )
+        return ChangeSet(frame, facts.fingerprints[0], facts.lines, frame.count())
     finally:
         rows.unpersist()
 
 
 def parse_device_changes(spark: SparkSession, landing: LandingZone, day: dt.date) -> ChangeSet:
     """The day's devices CDC file; an empty file (or a header alone) is no change."""
-    path = devices_cdc_path(day)
-    fingerprint, text = _text(landing, path, "devices_cdc")
-    header, _, body = text.partition("\n")
-    header = header.strip().lstrip("\ufeff")
+    stat = _landed(landing, devices_cdc_path(day), "devices_cdc")
+    header = _cdc_header(landing, stat)
     if header and header not in CDC_HEADERS:
         hint = " (is the file ';'-delimited?)" if ";" not in header else ""
         raise SourceDataError(
             "devices_cdc",
-            [Problem(path, 1, f"header {header!r} is not {' or '.join(CDC_HEADERS)}{hint}")],
+            [Problem(stat.path, 1, f"header {header!r} is not {' or '.join(CDC_HEADERS)}{hint}")],
         )
     columns = header.split(";") if header else list(DEVICE_COLUMNS)
-    lines = numbered_lines(
-        spark.createDataFrame([(path, body)], "source_file string, content string")
-    ).withColumn("source_line", F.col("source_line") + 1)  # after the header line
+    lines = read_lines(spark, landing, [stat])
+    if header:
+        lines = lines.where(F.col("source_line").isNull() | (F.col("source_line") > 1))
     fields = F.split("text", ";")
-    problem = F.when(
+    # `get`: a short line yields nulls (and its problem) instead of failing the task.
+    values = {name: F.trim(F.get(fields, i)) for i, name in enumerate(columns)}
+    is_deleted = F.lower(values.get("is_deleted", F.lit("false")))
+    problem = _read_problem().when(
         F.size(fields) != len(columns),
         F.concat(
             F.lit(f"expected {len(columns)} ';'-separated fields, found "),
             F.size(fields).cast("string"),
         ),
     )
-    values = {name: F.trim(fields[i]) for i, name in enumerate(columns)}
-    is_deleted = F.lower(values.get("is_deleted", F.lit("false")))
     for name in DEVICE_COLUMNS:
         problem = problem.when(
             values[name].isNull() | (values[name] == ""), F.lit(f"missing required field '{name}'")
@@ -132,36 +146,47 @@ def parse_device_changes(spark: SparkSession, landing: LandingZone, day: dt.date
         F.concat(F.lit("is_deleted must be true or false, not '"), is_deleted, F.lit("'")),
     )
     rows = lines.select(
-        "source_file",
-        "source_line",
+        *LINE_FACTS,
         *(values[name].alias(name) for name in DEVICE_COLUMNS),
         (is_deleted == "true").alias("is_deleted"),
         problem.alias("problem"),
     )
-    first_problems("devices_cdc", rows, F.col("problem"))
-    return _finish(rows.drop("problem", "source_file"), ("type", "version"), fingerprint)
+    return _finish("devices_cdc", rows, (*DEVICE_COLUMNS, "is_deleted"), ("type", "version"), stat)
 
 
 def parse_catalog_changes(spark: SparkSession, landing: LandingZone, day: dt.date) -> ChangeSet:
     """The day's device catalog changes; an empty file is no change."""
-    path = device_catalog_path(day)
-    fingerprint, text = _text(landing, path, "device_catalog")
-    lines = numbered_lines(
-        spark.createDataFrame([(path, text)], "source_file string, content string")
-    )
+    stat = _landed(landing, device_catalog_path(day), "device_catalog")
     record = F.from_json(
         "text",
         CATALOG_FIELDS,
         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
-    ).alias("record")
-    parsed = lines.select("source_file", "source_line", record)
-    problem = F.when(
-        F.col("record").isNull() | F.col("record._corrupt_record").isNotNull(),
-        F.lit("malformed JSON"),
-    ).otherwise(_required(F.col("record.id"), "id"))
-    problem = F.coalesce(problem, _required(F.col("record.full_name"), "full_name"))
-    first_problems("device_catalog", parsed, problem)
-    rows = parsed.select(
-        "source_line", *(F.col(f"record.{name}").alias(name) for name in CATALOG_COLUMNS)
     )
-    return _finish(rows, ("id",), fingerprint)
+    lines = read_lines(spark, landing, [stat]).withColumn("record", record)
+    problem = (
+        _read_problem()
+        .when(
+            F.col("record").isNull() | F.col("record._corrupt_record").isNotNull(),
+            F.lit("malformed JSON"),
+        )
+        .otherwise(
+            F.coalesce(
+                _required(F.col("record.id"), "id"),
+                _required(F.col("record.full_name"), "full_name"),
+            )
+        )
+    )
+    rows = lines.select(
+        *LINE_FACTS,
+        *(F.col(f"record.{name}").alias(name) for name in CATALOG_COLUMNS),
+        problem.alias("problem"),
+    )
+    return _finish("device_catalog", rows, CATALOG_COLUMNS, ("id",), stat)
+
+
+def _read_problem() -> Column:
+    """What `read_lines` found wrong with a line; a blank file's placeholder row (no text)
+    is no change, and no problem."""
+    return F.when(F.col("read_problem").isNotNull(), F.col("read_problem")).when(
+        F.col("text").isNull(), F.lit(None).cast("string")
+    )

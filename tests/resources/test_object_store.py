@@ -5,11 +5,9 @@ depends on seeing which files storage still holds."""
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
+import partition_writer
 import pyarrow as pa
 import pytest
 import servers
@@ -25,7 +23,6 @@ from resources.lakehouse import (
 from resources.lakehouse.predicates import eq
 
 META = {"dagster_run_id": "s3-test", "asset_key": "t", "partition_key": None}
-WRITER = Path(__file__).resolve().parent.parent / "partition_writer.py"
 
 
 def days(rows: list[tuple[int, str]]) -> pa.Table:
@@ -80,32 +77,10 @@ def test_the_port_round_trips_on_the_object_store(s3_lakehouse: Lakehouse):
     assert lake.drop("t") and not lake.exists("t")
 
 
-def test_writer_processes_committing_to_one_s3_table_lose_no_commit(
-    tmp_path, s3_endpoint, s3_storage, spark
-):
+def test_writer_processes_committing_to_one_s3_table_lose_no_commit(s3_endpoint, s3_storage, spark):
     """delta-rs commits on S3 with conditional writes: processes racing for the next
     version of one table each get their own, and every commit lands."""
     bucket = f"race-{uuid.uuid4().hex[:12]}"
     servers.create_bucket(s3_endpoint, bucket)
-    root = f"s3://{bucket}/lakehouse"
-    lake = Lakehouse(root=root, engine="delta-rs", spark=spark, s3=s3_storage)
-    lake.append("t", days([(1, "seed")]), metadata=META, partition_by=["day"])
-    writers, commits = (2, 3), 12
-    processes = [
-        subprocess.Popen(
-            [sys.executable, str(WRITER), "--root", root, "--endpoint", s3_endpoint]
-            + ["--key", servers.ACCESS_KEY, "--secret", servers.SECRET_KEY]
-            + ["--day", str(day), "--commits", str(commits)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for day in writers
-    ]
-    outputs = [process.communicate(timeout=300)[0] for process in processes]
-    assert [p.returncode for p in processes] == [0, 0], outputs
-    history = lake.history("t")
-    assert [h.version for h in history] == list(range(len(writers) * commits, -1, -1))
-    landed = {(h.metadata["writer"], h.metadata["commit"]) for h in history[:-1]}
-    assert landed == {(day, i) for day in writers for i in range(commits)}
-    assert content(lake) == [(1, "seed"), (2, f"w2-{commits - 1}"), (3, f"w3-{commits - 1}")]
+    lake = Lakehouse(root=f"s3://{bucket}/lakehouse", engine="delta-rs", spark=spark, s3=s3_storage)
+    partition_writer.race(lake, s3_endpoint, engine="delta-rs")
