@@ -124,7 +124,8 @@ class Sampler:
             peak, cpu = _peak_rss(pid), _cpu_seconds(pid)
             if peak is not None:
                 self.run_peak[pid] = peak
-                self.commands.setdefault(pid, _command(pid).split(" ", 1)[0])
+                # Spark's launcher script execs the JVM in the same process: look again.
+                self.commands[pid] = _command(pid).split(" ", 1)[0]
             if cpu is not None:
                 self.run_cpu[pid] = cpu
         for worker in self.worker_pids:

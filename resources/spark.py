@@ -131,6 +131,10 @@ class SparkResource(dg.ConfigurableResource):
             config["spark.executor.memory"] = self.executor_memory
             if self.driver_memory:
                 config["spark.driver.memory"] = self.driver_memory
+            # The driver only plans and commits: a serial collector keeps its heap near what
+            # it holds, where G1 grows it toward the maximum as a long run makes garbage
+            # (measured: 540 -> 740 MB over a 1 vs 4 minute run; serial 530 -> 600 MB).
+            config["spark.driver.extraJavaOptions"] += " -XX:+UseSerialGC"
         if urlparse(self.master).hostname in LOOPBACK:
             # A cluster on this machine reaches the driver on loopback, whatever the
             # machine's hostname resolves to.

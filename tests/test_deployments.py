@@ -20,7 +20,8 @@ import servers
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.slow
+# Each test runs the whole demo in a process of its own (a few minutes on 2 cores).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 # Report lines that state what the tables hold (not versions, run ids or timings).
 _RESULT_LINE = re.compile(r"content checksum|Running totals exact|^\s+\S.*\d+/\d+/\d+")
