@@ -49,7 +49,7 @@ def test_the_port_contract_holds_through_spark_connect(spark_remote):
     )
     summary = done.stdout.strip().splitlines()[-1]
     assert done.returncode == 0, done.stdout[-5000:]
-    assert re.fullmatch(r"17 passed, 17 deselected in .*", summary), summary
+    assert re.fullmatch(r"18 passed, 18 deselected in .*", summary), summary
 
 
 def test_delta_spark_writer_processes_sharing_one_spark_lose_no_s3_commit(
@@ -60,7 +60,5 @@ def test_delta_spark_writer_processes_sharing_one_spark_lose_no_s3_commit(
     commit lands."""
     bucket = f"race-{uuid.uuid4().hex[:12]}"
     servers.create_bucket(s3_endpoint, bucket)
-    lake = Lakehouse(
-        root=f"s3://{bucket}/lakehouse", engine="delta-rs", spark=spark, s3=s3_storage
-    )
+    lake = Lakehouse(root=f"s3://{bucket}/lakehouse", engine="delta-rs", spark=spark, s3=s3_storage)
     partition_writer.race(lake, s3_endpoint, engine="delta-spark", remote=spark_remote)

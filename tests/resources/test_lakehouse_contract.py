@@ -52,6 +52,17 @@ def test_append_creates_then_adds_and_reports_versions_and_metrics(lake):
     assert rows(lake, "t") == [("a", 1, "x"), ("b", 2, "y"), ("c", 2, "z")]
 
 
+def test_an_empty_append_creates_the_table_with_its_schema(lake):
+    """A control table is created empty before its first rows (also through Spark
+    Connect, which infers no schema from an empty Arrow table)."""
+    created = lake.append("t", devices([]), metadata=META)
+    assert created.version == 0
+    assert lake.read_arrow("t").schema.names == ["device", "day", "name"]
+    assert lake.read_arrow("t").num_rows == 0
+    lake.append("t", devices([("a", 1, "x")]), metadata=META)
+    assert rows(lake, "t") == [("a", 1, "x")]
+
+
 def test_read_at_a_version_and_with_a_predicate(lake):
     lake.append("t", devices([("a", 1, "x")]), metadata=META, partition_by=["day"])
     lake.append("t", devices([("b", 2, "y")]), metadata=META)
