@@ -3,8 +3,9 @@
 - `local[*]`: a fresh Spark in each run process (the embedded default);
 - a standalone cluster (master + 2 workers on 127.0.0.1, `SPARK_MASTER=spark://...`): a
   fresh driver per run, executors on the workers;
-- a long-lived Spark (Spark Connect on that cluster, `SPARK_REMOTE=sc://...`): runs attach
-  to it and start no JVM.
+- a long-lived Spark (a Spark Connect server on `local[*]`, `SPARK_REMOTE=sc://...`): runs
+  attach to it and start no JVM. It is not put on the cluster: a standalone master gives an
+  application every free core, so the server would leave none to the cluster runs beside it.
 
 1. Run overhead: `dagster asset materialize` of one small `devices` day (a run's whole
    life: process, definitions, Spark, MERGE, metadata), median of RUNS runs per mode.
@@ -101,10 +102,10 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="bench-deployments-") as tmp:
         work = Path(tmp)
-        state = work / "spark"
+        state, server_state = work / "spark", work / "spark-connect"
         try:
             cluster = spark_cluster("up", state)
-            connect = spark_cluster("connect", state)
+            connect = spark_cluster("connect", server_state)
             modes = {
                 "local[*]": {},
                 "cluster": {"SPARK_MASTER": cluster["SPARK_MASTER"]},
@@ -113,6 +114,7 @@ def main() -> int:
             overhead = run_overhead(work / "overhead", modes)
             pipelines = demo(work / "demo", modes)
         finally:
+            spark_cluster("down", server_state)
             spark_cluster("down", state)
 
     local = overhead["local[*]"]
