@@ -125,7 +125,13 @@ def parse_device_changes(spark: SparkSession, landing: LandingZone, day: dt.date
     columns = header.split(";") if header else list(DEVICE_COLUMNS)
     lines = read_lines(spark, landing, [stat])
     if header:
-        lines = lines.where(F.col("source_line").isNull() | (F.col("source_line") > 1))
+        # The header row keeps carrying the file's facts, like a blank file's row: no line
+        # number, no text, so it is neither a change nor a problem.
+        header_row = F.col("source_line") == 1
+        lines = lines.select(
+            *(F.when(~header_row, F.col(c)).alias(c) for c in ("source_line", "text")),
+            *(c for c in lines.columns if c not in ("source_line", "text")),
+        )
     fields = F.split("text", ";")
     # `get`: a short line yields nulls (and its problem) instead of failing the task.
     values = {name: F.trim(F.get(fields, i)) for i, name in enumerate(columns)}

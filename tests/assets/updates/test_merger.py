@@ -117,5 +117,9 @@ def test_bad_change_files_name_file_and_line_and_leave_the_table(
 def test_an_empty_change_file_is_no_change_and_a_missing_one_an_error(spark, landing, write_cdc):
     write_cdc(DAY1, "")
     assert parse_device_changes(spark.session(), landing, DAY1).keys == 0
+    write_cdc(DAY1, "\ufefftype;full_name;version\n")  # a header alone, after a BOM
+    header_only = parse_device_changes(spark.session(), landing, DAY1)
+    assert (header_only.keys, header_only.rows_read) == (0, 0)
+    assert header_only.source.path == "devices_cdc/2024-05-01.csv"
     with pytest.raises(SourceDataError, match="devices_cdc/2024-05-02.csv: change file has not"):
         parse_device_changes(spark.session(), landing, DAY2)
