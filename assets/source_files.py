@@ -57,7 +57,7 @@ def _hadoop_path(landing: LandingZone, path: str) -> str:
     return _GLOB_CHARACTERS.sub(r"\\\1", str(landing.absolute(path)))
 
 
-def unreadable_by_spark(files: Sequence[FileStat]) -> list[Problem]:
+def _unreadable_by_spark(files: Sequence[FileStat]) -> list[Problem]:
     """Files Spark cannot read, found from their listing alone."""
     problems = []
     for stat in files:
@@ -86,7 +86,7 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
     so its facts are never lost; empty (0-byte) files have no row at all (Spark skips
     them). Callers decide what an empty file means.
     """
-    problems = unreadable_by_spark(files)
+    problems = _unreadable_by_spark(files)
     if problems:
         raise SourceDataError("landed", problems)
     readable = [stat for stat in files if stat.size > 0]
