@@ -51,6 +51,12 @@ class SourceDataError(ValueError):
         super().__init__(f"rejected {source} source data (nothing was written):\n{lines}{tail}")
 
 
+def empty_files(files: Sequence[FileStat]) -> list[Problem]:
+    """0-byte files, which Spark skips without a word: a source that must not be empty
+    names them."""
+    return [Problem(stat.path, None, "file is empty") for stat in files if stat.size == 0]
+
+
 def _hadoop_path(landing: LandingZone, path: str) -> str:
     """The absolute path Spark is given, with Hadoop's glob characters escaped so a
     file named `a[1].jsonl` is read as itself."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets import maintenance, overwriting, telemetry, updates
+from assets import database, maintenance, overwriting, telemetry, updates
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.object_store import is_object_store, storage_from_environment
 from sensors import sensors
@@ -55,12 +55,13 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
         "lakehouse": Lakehouse(root=root, engine=engine, spark=spark, s3=storage),
         "landing": LandingZone(root=_location(env.get("LANDING_ROOT", ".data/landing"))),
         "telemetry": telemetry.TelemetrySettings(),
+        "payments_settings": database.PaymentsSettings(),
     }
 
 
 def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
     return dg.Definitions(
-        assets=[*overwriting.assets, *updates.assets, *telemetry.assets],
+        assets=[*overwriting.assets, *updates.assets, *database.assets, *telemetry.assets],
         jobs=[*overwriting.jobs, *maintenance.jobs, *telemetry.jobs],
         sensors=sensors,
         schedules=telemetry.schedules,

@@ -39,6 +39,7 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "visits_weekly",
         "devices",
         "device_catalog",
+        "payments",
         "telemetry_raw",
         "telemetry_running_totals",
         "telemetry_hourly",
@@ -60,6 +61,7 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "table_count_below_limit",
         "no_failed_files",
         "no_quarantined_files",
+        "no_idempotency_conflicts",
     }
     jobs = {job.name for job in defs.resolve_all_job_defs()}
     assert {

@@ -49,7 +49,7 @@ def test_the_port_contract_holds_through_spark_connect(spark_remote):
     )
     summary = done.stdout.strip().splitlines()[-1]
     assert done.returncode == 0, done.stdout[-5000:]
-    assert re.fullmatch(r"18 passed, 18 deselected in .*", summary), summary
+    assert re.fullmatch(r"19 passed, 19 deselected in .*", summary), summary
 
 
 def test_delta_spark_writer_processes_sharing_one_spark_lose_no_s3_commit(

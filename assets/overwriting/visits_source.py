@@ -19,6 +19,7 @@ from assets.overwriting.calendar import DAY_FOLDER_PATTERN, day_folder, day_of_f
 from assets.source_files import (
     Problem,
     SourceDataError,
+    empty_files,
     file_facts,
     first_problems,
     read_lines,
@@ -71,14 +72,12 @@ def parse_landed_visits(
     return parse_visits(spark, landing, files)
 
 
-def _misplaced_or_empty(files: Sequence[FileStat]) -> list[Problem]:
-    problems = []
-    for stat in files:
-        if day_of_file(stat.path) is None:
-            problems.append(Problem(stat.path, None, "not under a visits/date=YYYY-MM-DD/ folder"))
-        elif stat.size == 0:
-            problems.append(Problem(stat.path, None, "file is empty"))
-    return problems
+def _misplaced(files: Sequence[FileStat]) -> list[Problem]:
+    return [
+        Problem(stat.path, None, "not under a visits/date=YYYY-MM-DD/ folder")
+        for stat in files
+        if day_of_file(stat.path) is None
+    ]
 
 
 def _problem(record: Column, event_time: Column) -> Column:
@@ -122,7 +121,7 @@ def parse_visits(
     A visit delivered twice (a duplicated file, a re-sent line) is kept once: the copy
     from the first file and line in path order, so the choice never depends on timing.
     """
-    problems = _misplaced_or_empty(files)
+    problems = _misplaced(files) or empty_files(files)
     if problems:
         raise SourceDataError("visits", problems)
     record = F.from_json(

@@ -24,7 +24,7 @@ from deltalake import (
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from resources.lakehouse import port
-from resources.lakehouse.predicates import Predicate, Value, render
+from resources.lakehouse.predicates import Predicate, Value, identifier, render
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -100,9 +100,15 @@ class DeltaRsEngine(port.DeltaEngine):
         return self._table(table).version() if self.exists(table) else None
 
     def read_arrow(
-        self, table: str, *, version: int | None = None, where: Predicate | None = None
+        self,
+        table: str,
+        *,
+        version: int | None = None,
+        where: Predicate | None = None,
+        columns: Sequence[str] | None = None,
     ) -> pa.Table:
-        query = "SELECT * FROM t"
+        selected = ", ".join(f'"{name}"' for name in map(identifier, columns)) if columns else "*"
+        query = f"SELECT {selected} FROM t"
         if where is not None:
             query += f" WHERE {where.render('datafusion')}"
         result = QueryBuilder().register("t", self._table(table, version)).execute(query)
@@ -116,11 +122,16 @@ class DeltaRsEngine(port.DeltaEngine):
         return pa.table(result.read_all()).column("n")[0].as_py()
 
     def read(
-        self, table: str, *, version: int | None = None, where: Predicate | None = None
+        self,
+        table: str,
+        *,
+        version: int | None = None,
+        where: Predicate | None = None,
+        columns: Sequence[str] | None = None,
     ) -> DataFrame:
         if self._spark is None:
             raise port.LakehouseError("this lakehouse was built without Spark; use read_arrow")
-        arrow = self.read_arrow(table, version=version, where=where)
+        arrow = self.read_arrow(table, version=version, where=where, columns=columns)
         return self._spark().createDataFrame(arrow)
 
     def write(

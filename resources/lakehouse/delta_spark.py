@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from resources.lakehouse import port
 from resources.lakehouse.delta_rs import DeltaRsEngine
-from resources.lakehouse.predicates import Predicate, Value, eq, render
+from resources.lakehouse.predicates import Predicate, Value, eq, identifier, render
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -36,7 +36,6 @@ _RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 # New tables take `delta.<name>` properties from these session defaults.
 _PROPERTY_DEFAULTS = "spark.databricks.delta.properties.defaults."
 _SAFE_PATH = re.compile(r"^[^`]+$")
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # Commit metadata, app transactions and new-table properties reach Delta's SQL commands
 # only through session configuration, which all threads of a session share.
@@ -47,12 +46,6 @@ def _table_ref(table: str) -> str:
     if not _SAFE_PATH.match(table):
         raise port.LakehouseError(f"Delta table path {table!r} contains a backtick")
     return f"delta.`{table}`"
-
-
-def _column(name: str) -> str:
-    if not _IDENTIFIER.match(name):
-        raise port.LakehouseError(f"column name {name!r} is not a plain identifier")
-    return name
 
 
 class DeltaSparkEngine(port.DeltaEngine):
@@ -151,15 +144,25 @@ class DeltaSparkEngine(port.DeltaEngine):
         return self._log.file_uris(table, version)
 
     def read_arrow(
-        self, table: str, *, version: int | None = None, where: Predicate | None = None
+        self,
+        table: str,
+        *,
+        version: int | None = None,
+        where: Predicate | None = None,
+        columns: Sequence[str] | None = None,
     ) -> pa.Table:
         # The port's in-process read, for control tables and other small reads.
-        return self._log.read_arrow(table, version=version, where=where)
+        return self._log.read_arrow(table, version=version, where=where, columns=columns)
 
     # -- data reads (Spark) -------------------------------------------------------------
 
     def read(
-        self, table: str, *, version: int | None = None, where: Predicate | None = None
+        self,
+        table: str,
+        *,
+        version: int | None = None,
+        where: Predicate | None = None,
+        columns: Sequence[str] | None = None,
     ) -> DataFrame:
         if not self.exists(table):
             raise port.TableNotFoundError(table)
@@ -167,7 +170,10 @@ class DeltaSparkEngine(port.DeltaEngine):
         if version is not None:
             reader = reader.option("versionAsOf", version)
         frame = reader.load(table)
-        return frame.where(where.render("spark")) if where is not None else frame
+        if where is not None:
+            frame = frame.where(where.render("spark"))
+        # Parquet reads only the selected columns (Spark prunes the scan).
+        return frame.select(*map(identifier, columns)) if columns else frame
 
     def count(self, table: str, *, where: Predicate | None = None) -> int:
         return self.read(table, where=where).count()
@@ -293,11 +299,11 @@ def _merge_clause(clause: port.MergeClause) -> str:
     if isinstance(clause, port.WhenMatchedUpdate):
         if clause.set is None:
             return f"WHEN MATCHED{when} THEN UPDATE SET *"
-        assignments = ", ".join(f"{_column(c)} = {e}" for c, e in clause.set.items())
+        assignments = ", ".join(f"{identifier(c)} = {e}" for c, e in clause.set.items())
         return f"WHEN MATCHED{when} THEN UPDATE SET {assignments}"
     if clause.values is None:
         return f"WHEN NOT MATCHED{when} THEN INSERT *"
-    columns = ", ".join(_column(c) for c in clause.values)
+    columns = ", ".join(identifier(c) for c in clause.values)
     values = ", ".join(clause.values.values())
     return f"WHEN NOT MATCHED{when} THEN INSERT ({columns}) VALUES ({values})"
 

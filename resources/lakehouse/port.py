@@ -230,12 +230,23 @@ class DeltaEngine(ABC):
 
     @abstractmethod
     def read(
-        self, table: str, *, version: int | None = None, where: Predicate | None = None
-    ) -> DataFrame: ...
+        self,
+        table: str,
+        *,
+        version: int | None = None,
+        where: Predicate | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> DataFrame:
+        """Only `columns` (all when None) are read from storage."""
 
     @abstractmethod
     def read_arrow(
-        self, table: str, *, version: int | None = None, where: Predicate | None = None
+        self,
+        table: str,
+        *,
+        version: int | None = None,
+        where: Predicate | None = None,
+        columns: Sequence[str] | None = None,
     ) -> pa.Table: ...
 
     @abstractmethod

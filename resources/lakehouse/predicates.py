@@ -31,7 +31,7 @@ class PredicateError(ValueError):
     """A predicate could not be built safely from the given column or value."""
 
 
-def _identifier(column: str) -> str:
+def identifier(column: str) -> str:
     if not _IDENTIFIER.match(column):
         raise PredicateError(
             f"column name {column!r} is not a plain identifier (optionally alias-qualified)"
@@ -88,7 +88,7 @@ class Compare(Predicate):
     def render(self, dialect: Dialect) -> str:
         if self.op not in _COMPARISONS:
             raise PredicateError(f"unsupported comparison {self.op!r}")
-        return f"{_identifier(self.column)} {self.op} {sql_literal(self.value, dialect=dialect)}"
+        return f"{identifier(self.column)} {self.op} {sql_literal(self.value, dialect=dialect)}"
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ class In(Predicate):
         if not self.values:
             return "FALSE"
         literals = ", ".join(sql_literal(v, dialect=dialect) for v in self.values)
-        return f"{_identifier(self.column)} IN ({literals})"
+        return f"{identifier(self.column)} IN ({literals})"
 
 
 @dataclass(frozen=True)

@@ -114,16 +114,29 @@ class Lakehouse(dg.ConfigurableResource):
         return self._delta().version(self.uri(table))
 
     def read(
-        self, table: str, *, version: int | None = None, where: Predicate | None = None
+        self,
+        table: str,
+        *,
+        version: int | None = None,
+        where: Predicate | None = None,
+        columns: Sequence[str] | None = None,
     ) -> DataFrame:
-        """The table (optionally at a version, filtered) as a Spark DataFrame."""
-        return self._delta().read(self.uri(table), version=version, where=where)
+        """The table (optionally at a version, filtered, only some columns) as a Spark
+        DataFrame; columns left out are never read from storage."""
+        return self._delta().read(self.uri(table), version=version, where=where, columns=columns)
 
     def read_arrow(
-        self, table: str, *, version: int | None = None, where: Predicate | None = None
+        self,
+        table: str,
+        *,
+        version: int | None = None,
+        where: Predicate | None = None,
+        columns: Sequence[str] | None = None,
     ) -> pa.Table:
         """The table as Arrow: for control tables and other small reads without Spark."""
-        return self._delta().read_arrow(self.uri(table), version=version, where=where)
+        return self._delta().read_arrow(
+            self.uri(table), version=version, where=where, columns=columns
+        )
 
     def count(self, table: str, *, where: Predicate | None = None) -> int:
         """How many rows match `where`."""

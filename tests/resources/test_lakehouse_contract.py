@@ -72,6 +72,15 @@ def test_read_at_a_version_and_with_a_predicate(lake):
     assert [r["name"] for r in frame.collect()] == ["x"]
 
 
+def test_a_read_of_some_columns_returns_those_in_the_order_asked(lake):
+    lake.append("t", devices([("a", 1, "x")]), metadata=META, partition_by=["day"])
+    lake.append("t", devices([("b", 2, "y")]), metadata=META)
+    picked = lake.read_arrow("t", columns=["name", "device"], where=eq("day", dt.date(2024, 1, 2)))
+    assert picked.to_pylist() == [{"name": "y", "device": "b"}]
+    frame = lake.read("t", version=0, columns=["name"])
+    assert [tuple(r) for r in frame.collect()] == [("x",)]
+
+
 def test_count_matches_the_rows_a_read_returns(lake):
     lake.append("t", devices([("a", 1, "x"), ("b", 2, "y"), ("c", 2, "z")]), metadata=META)
     assert lake.count("t") == 3

@@ -1,0 +1,340 @@
+"""Idempotent inserts that verify what they skip: `payments`, insert-if-absent keyed by
+`idempotency_key`.
+
+A key that is already stored (from any day) or repeated in the batch is a replay only if
+it says the same thing: its typed payload is compared with the stored one (digests first,
+then column by column where digests differ), every column but those set as mutable.
+Identical: skipped and counted as `replayed`. Different: the run fails with
+IdempotencyConflictError naming each key and column, and nothing of the batch is
+committed; the conflicts are kept in `payments_conflicts` and shown by an asset check.
+
+Validation and insert form one optimistic transaction: every payments write advances the
+Delta app transaction `payments`, and a write whose validation read an older snapshot is
+refused by Delta (StaleWriteError) and validated again, so a key inserted by a concurrent
+run between the check and the commit can never slip in unchecked.
+"""
+
+import datetime as dt
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import dagster as dg
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from assets.database.payments_source import (
+    AMOUNT_TYPE,
+    DIGEST,
+    KEY,
+    PAYLOAD_COLUMNS,
+    day_folder,
+    parse_payments,
+    shown,
+)
+from assets.materialization import commit_metadata, materialization_metadata
+from assets.overwriting.calendar import parse_day
+from resources import Lakehouse, LandingZone, SparkResource
+from resources.lakehouse import AppTransaction, CommitResult, StaleWriteError
+from resources.lakehouse.port import normalize_metrics
+from resources.lakehouse.predicates import eq
+
+PAYMENTS = "payments"
+PAYMENT_CONFLICTS = "payments_conflicts"
+WRITER_APP_ID = "payments"
+"""The Delta app transaction every payments write advances (see the module docstring)."""
+WRITE_ATTEMPTS = 5
+NO_CONFLICTS = "no_idempotency_conflicts"
+MAX_NAMED_CONFLICTS = 20
+daily_payments = dg.DailyPartitionsDefinition(start_date="2024-01-01")
+PAYMENTS_SCHEMA = pa.schema(
+    [
+        pa.field(KEY, pa.string()),
+        pa.field("account_id", pa.string()),
+        pa.field("amount", pa.decimal128(AMOUNT_TYPE.precision, AMOUNT_TYPE.scale)),
+        pa.field("currency", pa.string()),
+        pa.field("created_at", pa.timestamp("us", tz="UTC")),
+        pa.field(DIGEST, pa.binary()),
+        pa.field("payment_date", pa.date32()),
+        pa.field("source_file", pa.string()),
+        pa.field("source_line", pa.int32()),
+        pa.field("dagster_run_id", pa.string()),
+        pa.field("ingested_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+class PaymentsSettings(dg.ConfigurableResource):
+    """How replays of `payments` are judged (resource `payments`)."""
+
+    mutable_columns: list[str] = []
+    """Payload columns a replay may change without a conflict (the stored value stays):
+    any of account_id, amount, currency, created_at."""
+
+    def compared_columns(self) -> list[str]:
+        unknown = sorted(set(self.mutable_columns) - set(PAYLOAD_COLUMNS))
+        if unknown:
+            raise ValueError(
+                f"mutable_columns {unknown} are not payment columns; choose from "
+                f"{list(PAYLOAD_COLUMNS)} (the idempotency key itself never changes)"
+            )
+        return [name for name in PAYLOAD_COLUMNS if name not in self.mutable_columns]
+
+
+@dataclass(frozen=True)
+class Conflict:
+    key: str
+    column: str
+    stored: str | None
+    incoming: str | None
+    stored_at: str
+    incoming_at: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.column}: stored {self.stored!r} ({self.stored_at}), "
+            f"incoming {self.incoming!r} ({self.incoming_at})"
+        )
+
+
+class IdempotencyConflictError(Exception):
+    """Keys replayed with a different payload; nothing of the batch was committed."""
+
+    def __init__(self, day: str, conflicts: Sequence[Conflict], keys: int) -> None:
+        self.conflicts = list(conflicts)
+        self.keys = keys
+        by_key: dict[str, list[Conflict]] = {}
+        for conflict in self.conflicts:
+            by_key.setdefault(conflict.key, []).append(conflict)
+        lines = [
+            f"  {key!r}:\n" + "\n".join(f"    {c}" for c in found) for key, found in by_key.items()
+        ]
+        more = keys - len(by_key)
+        tail = f"\n  ... and {more} more keys (all in {PAYMENT_CONFLICTS})" if more > 0 else ""
+        super().__init__(
+            f"payments of {day}: {keys} idempotency keys were already used for a different "
+            "payment; nothing of this batch was committed:\n" + "\n".join(lines) + tail
+        )
+
+
+@dataclass(frozen=True)
+class CheckedBatch:
+    """A batch judged against the table: its new payments, its replays, its conflicts."""
+
+    new: DataFrame
+    new_rows: int
+    replayed: int
+    conflicts: DataFrame
+    conflict_keys: int
+
+
+def _where(alias: str) -> Column:
+    return F.concat(
+        F.col(f"{alias}.source_file"), F.lit(":"), F.col(f"{alias}.source_line").cast("string")
+    )
+
+
+def _differences(stored: DataFrame, incoming: DataFrame, compared: Sequence[str]) -> DataFrame:
+    """One row per (key, column) where `incoming` says something else than `stored`
+    (both keyed by KEY; typed comparison, nulls equal to nulls)."""
+    s, i = stored.alias("s"), incoming.alias("i")
+    columns = [
+        F.when(
+            ~F.col(f"s.{name}").eqNullSafe(F.col(f"i.{name}")),
+            F.struct(
+                F.lit(name).alias("column"),
+                shown(name, "s").alias("stored_value"),
+                shown(name, "i").alias("incoming_value"),
+            ),
+        )
+        for name in compared
+    ]
+    return (
+        s.join(i, F.col(f"s.{KEY}") == F.col(f"i.{KEY}"))
+        .select(
+            F.col(f"i.{KEY}").alias(KEY),
+            _where("s").alias("stored_at"),
+            _where("i").alias("incoming_at"),
+            F.explode(F.array_compact(F.array(*columns))).alias("difference"),
+        )
+        .select(KEY, "difference.*", "stored_at", "incoming_at")
+    )
+
+
+def check_batch(
+    lakehouse: Lakehouse, batch: DataFrame, compared: Sequence[str], version: int
+) -> CheckedBatch:
+    """Judge `batch` (parsed payments, copies included) against the table at `version`.
+
+    The lookup reads the stored key and digest of the batch's keys only; whole stored
+    rows are read for the keys whose digest differs, which only a conflict (or a change
+    to a mutable column) produces.
+    """
+    copies = Window.partitionBy(KEY).orderBy("source_file", "source_line")
+    numbered = batch.withColumn("copy", F.row_number().over(copies))
+    firsts = numbered.where(F.col("copy") == 1).drop("copy")
+    stored_digests = (
+        lakehouse.read(PAYMENTS, version=version, columns=[KEY, DIGEST])
+        .join(F.broadcast(firsts.select(KEY)), KEY, "left_semi")
+        .withColumnRenamed(DIGEST, "stored")
+    )
+    judged = (
+        firsts.join(stored_digests, KEY, "left")
+        .withColumn(
+            "state",
+            F.when(F.col("stored").isNull(), "new")
+            .when(F.col("stored") == F.col(DIGEST), "replayed")
+            .otherwise("suspect"),
+        )
+        .drop("stored")
+        .localCheckpoint()
+    )
+    later = numbered.where(F.col("copy") > 1).drop("copy")
+    states = dict(judged.groupBy("state").count().collect())
+    differing_copies = later.join(firsts.select(KEY, F.col(DIGEST).alias("first")), KEY).where(
+        F.col("first") != F.col(DIGEST)
+    )
+    conflicts = _differences(firsts, differing_copies, compared)
+    if states.get("suspect"):
+        suspects = judged.where(F.col("state") == "suspect")
+        stored_rows = lakehouse.read(
+            PAYMENTS, version=version, columns=[KEY, *compared, "source_file", "source_line"]
+        ).join(F.broadcast(suspects.select(KEY)), KEY, "left_semi")
+        conflicts = conflicts.unionByName(_differences(stored_rows, suspects, compared))
+    conflicts = conflicts.localCheckpoint()
+    conflict_keys = conflicts.select(KEY).distinct().count()
+    new = judged.where(F.col("state") == "new").drop("state")
+    new_rows = states.get("new", 0)
+    return CheckedBatch(new, new_rows, batch.count() - new_rows, conflicts, conflict_keys)
+
+
+def _record_conflicts(
+    context: dg.AssetExecutionContext, lakehouse: Lakehouse, day: dt.date, checked: CheckedBatch
+) -> None:
+    """Keep the day's current conflicts in `payments_conflicts` (none once it ingests)."""
+    rows = checked.conflicts.select(
+        F.lit(day).alias("payment_date"),
+        "*",
+        F.lit(context.run_id).alias("dagster_run_id"),
+        F.lit(dt.datetime.now(dt.UTC)).alias("detected_at"),
+    )
+    if (
+        checked.conflict_keys
+        or not lakehouse.exists(PAYMENT_CONFLICTS)
+        or lakehouse.count(PAYMENT_CONFLICTS, where=eq("payment_date", day))
+    ):
+        lakehouse.overwrite(
+            PAYMENT_CONFLICTS,
+            rows,
+            where=eq("payment_date", day),
+            metadata=commit_metadata(context, partition_key=context.partition_key),
+        )
+
+
+def _conflict_check(conflicts: Sequence[Conflict], keys: int) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        check_name=NO_CONFLICTS,
+        passed=keys == 0,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={
+            "conflicting_keys": dg.MetadataValue.int(keys),
+            "conflicts": dg.MetadataValue.md(
+                "\n".join(f"- `{c.key}` {c}" for c in conflicts) or "none"
+            ),
+            "control_table": PAYMENT_CONFLICTS,
+        },
+    )
+
+
+@dg.asset(
+    partitions_def=daily_payments,
+    group_name="database",
+    kinds={"spark", "delta"},
+    check_specs=[
+        dg.AssetCheckSpec(
+            NO_CONFLICTS,
+            asset=PAYMENTS,
+            description="No idempotency key of the day was replayed with a different payment.",
+        )
+    ],
+)
+def payments(
+    context: dg.AssetExecutionContext,
+    spark: SparkResource,
+    lakehouse: Lakehouse,
+    landing: LandingZone,
+    payments_settings: PaymentsSettings,
+) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+    """Payments inserted once per `idempotency_key` from
+    `payments/date=YYYY-MM-DD/*.jsonl`. A replayed key must repeat its payment (typed:
+    "12.5" equals "12.50"); a different one fails the run, names every conflict and
+    commits nothing of the day."""
+    day = parse_day(context.partition_key)
+    compared = payments_settings.compared_columns()
+    files = landing.list(day_folder(day), suffix=".jsonl")
+    parsed = parse_payments(spark.session(), landing, files)
+    metadata = commit_metadata(context, partition_key=context.partition_key, sources=parsed.sources)
+    if not lakehouse.exists(PAYMENTS):
+        # Created empty first, so that every insert is a commit on an existing table that
+        # Delta checks against the writer's app transaction (two runs creating the table
+        # at once would both pass: a create has no snapshot to conflict with).
+        lakehouse.append(
+            PAYMENTS,
+            PAYMENTS_SCHEMA.empty_table(),
+            metadata=metadata,
+            partition_by=["payment_date"],
+        )
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        writer = lakehouse.app_transaction_version(PAYMENTS, WRITER_APP_ID)
+        version = lakehouse.version(PAYMENTS)
+        checked = check_batch(lakehouse, parsed.frame, compared, version)
+        if checked.conflict_keys:
+            _record_conflicts(context, lakehouse, day, checked)
+            first = checked.conflicts.orderBy(KEY, "column").limit(MAX_NAMED_CONFLICTS)
+            named = [
+                Conflict(
+                    r[KEY], r.column, r.stored_value, r.incoming_value, r.stored_at, r.incoming_at
+                )
+                for r in first.collect()
+            ]
+            yield _conflict_check(named, checked.conflict_keys)
+            raise IdempotencyConflictError(context.partition_key, named, checked.conflict_keys)
+        if checked.new_rows == 0:
+            result = CommitResult(PAYMENTS, version, "NONE", normalize_metrics({}, "NONE"))
+            break
+        rows = checked.new.select(
+            KEY,
+            *PAYLOAD_COLUMNS,
+            DIGEST,
+            F.lit(day).alias("payment_date"),
+            "source_file",
+            "source_line",
+            F.lit(context.run_id).alias("dagster_run_id"),
+            F.lit(dt.datetime.now(dt.UTC)).alias("ingested_at"),
+        )
+        try:
+            result = lakehouse.append(
+                PAYMENTS,
+                rows,
+                metadata=metadata,
+                app_transaction=AppTransaction(WRITER_APP_ID, (writer or 0) + 1),
+            )
+            break
+        except StaleWriteError:
+            if attempt == WRITE_ATTEMPTS:
+                raise
+            context.log.info("another payments run committed meanwhile: checking again")
+    _record_conflicts(context, lakehouse, day, checked)
+    facts = {"lines_read": parsed.lines_read, "replayed": checked.replayed}
+    if checked.new_rows == 0:
+        facts["skipped"] = "nothing new: every payment was already stored"
+    yield dg.MaterializeResult(
+        metadata=materialization_metadata(
+            lakehouse,
+            result,
+            partition_key=context.partition_key,
+            sources=parsed.sources,
+            extra=facts,
+        ),
+        check_results=[_conflict_check([], 0)],
+    )
