@@ -166,46 +166,65 @@ def check_batch(
 ) -> CheckedBatch:
     """Judge `batch` (parsed payments, copies included) against the table at `version`.
 
-    The lookup reads the stored key and digest of the batch's keys only; whole stored
-    rows are read for the keys whose digest differs, which only a conflict (or a change
-    to a mutable column) produces.
+    The lookup reads the stored key and digest of the batch's keys only, in one scan;
+    whole stored rows are read for the keys whose digest differs, which only a conflict
+    (or a change to a mutable column) produces. A batch without either costs that scan
+    and one small job.
     """
     copies = Window.partitionBy(KEY).orderBy("source_file", "source_line")
-    numbered = batch.withColumn("copy", F.row_number().over(copies))
-    firsts = numbered.where(F.col("copy") == 1).drop("copy")
+    numbered = batch.withColumns(
+        {"copy": F.row_number().over(copies), "first": F.first(DIGEST).over(copies)}
+    )
     stored_digests = (
         lakehouse.read(PAYMENTS, version=version, columns=[KEY, DIGEST])
-        .join(F.broadcast(firsts.select(KEY)), KEY, "left_semi")
+        .join(F.broadcast(batch.select(KEY)), KEY, "left_semi")
         .withColumnRenamed(DIGEST, "stored")
     )
+    first_copy = F.col("copy") == 1
     judged = (
-        firsts.join(stored_digests, KEY, "left")
+        numbered.join(stored_digests, KEY, "left")
         .withColumn(
             "state",
-            F.when(F.col("stored").isNull(), "new")
-            .when(F.col("stored") == F.col(DIGEST), "replayed")
-            .otherwise("suspect"),
+            # A key's first copy in the batch is judged against the stored payment, its
+            # later copies against that first copy.
+            F.when(first_copy & F.col("stored").isNull(), "new")
+            .when(first_copy & (F.col("stored") == F.col(DIGEST)), "replayed")
+            .when(first_copy, "suspect")
+            .when(F.col("first") == F.col(DIGEST), "replayed")
+            .otherwise("differing copy"),
         )
-        .drop("stored")
+        .drop("stored", "first")
         .localCheckpoint()
     )
-    later = numbered.where(F.col("copy") > 1).drop("copy")
     states = dict(judged.groupBy("state").count().collect())
-    differing_copies = later.join(firsts.select(KEY, F.col(DIGEST).alias("first")), KEY).where(
-        F.col("first") != F.col(DIGEST)
-    )
-    conflicts = _differences(firsts, differing_copies, compared)
+    conflicts = _no_conflicts(batch)
+    if states.get("differing copy"):
+        conflicts = _differences(
+            judged.where(first_copy), judged.where(F.col("state") == "differing copy"), compared
+        )
     if states.get("suspect"):
         suspects = judged.where(F.col("state") == "suspect")
         stored_rows = lakehouse.read(
             PAYMENTS, version=version, columns=[KEY, *compared, "source_file", "source_line"]
         ).join(F.broadcast(suspects.select(KEY)), KEY, "left_semi")
         conflicts = conflicts.unionByName(_differences(stored_rows, suspects, compared))
-    conflicts = conflicts.localCheckpoint()
-    conflict_keys = conflicts.select(KEY).distinct().count()
-    new = judged.where(F.col("state") == "new").drop("state")
+    conflict_keys = 0
+    if states.get("differing copy") or states.get("suspect"):
+        conflicts = conflicts.localCheckpoint()
+        conflict_keys = conflicts.select(KEY).distinct().count()
+    new = judged.where(F.col("state") == "new").drop("copy", "state")
     new_rows = states.get("new", 0)
-    return CheckedBatch(new, new_rows, batch.count() - new_rows, conflicts, conflict_keys)
+    # Without conflicts, a suspect or differing copy differs in mutable columns only.
+    replayed = sum(states.values()) - new_rows
+    return CheckedBatch(new, new_rows, replayed, conflicts, conflict_keys)
+
+
+def _no_conflicts(batch: DataFrame) -> DataFrame:
+    return batch.sparkSession.createDataFrame(
+        [],
+        f"{KEY} string, column string, stored_value string, incoming_value string, "
+        "stored_at string, incoming_at string",
+    )
 
 
 def _record_conflicts(
