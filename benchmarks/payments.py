@@ -7,9 +7,9 @@ engine for tables this size; delta-rs would bring the keys into the run process)
 - plain: insert-if-absent as one MERGE (`WHEN NOT MATCHED INSERT`) that checks nothing.
 
 Both start from the same table version (restored between rounds, not timed); rounds
-alternate the two, each figure is a median. Files read are the Parquet scans' own
-metric and bytes read the stages' input bytes (only the column chunks fetched), both from
-the Spark UI's REST API; the table is 100 date partitions of two files each.
+alternate the two, each figure is a median. Files and columns read come from the Spark
+UI's REST API (the Parquet scans' metrics and read schemas), bytes from those columns'
+chunks in the Parquet footers; the table is 100 date partitions of two files each.
 Bound: validated / plain at most 1.3 at 10M rows.
 
 Run: `.venv/bin/python benchmarks/payments.py` (about 10 minutes).
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -29,6 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import pyarrow.parquet as pq  # noqa: E402
+from deltalake import DeltaTable  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
@@ -117,37 +120,50 @@ def plain(lake: Lakehouse, rows: DataFrame) -> int:
 
 
 class ReadMetrics:
-    """What the jobs since a point read from storage, from Spark's REST API: files (the
-    Parquet scans' "number of files read") and bytes (the stages' input bytes, which
-    count only the column chunks a scan fetched)."""
+    """What the Parquet scans of the SQL executions since a point read, from Spark's REST
+    API: the files (the scans' "number of files read") and the columns (their
+    `ReadSchema`). Bytes are the compressed column chunks of those columns in the files
+    read, from the Parquet footers: what a scan of those columns fetches (random keys
+    leave no row group to skip)."""
 
     def __init__(self, spark: SparkSession) -> None:
         context = spark.sparkContext
-        self.base = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}"
+        self.base = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/sql"
 
-    def _get(self, path: str) -> list[dict]:
-        with urllib.request.urlopen(f"{self.base}/{path}") as response:
+    def _executions(self, details: bool) -> list[dict]:
+        query = f"details={str(details).lower()}&planDescription={str(details).lower()}"
+        with urllib.request.urlopen(f"{self.base}?{query}&offset=0&length=100000") as response:
             return json.load(response)
 
-    def mark(self) -> tuple[int, int]:
-        executions = self._get("sql?details=false&offset=0&length=100000")
-        stages = self._get("stages")
-        return (
-            max((e["id"] for e in executions), default=-1),
-            max((s["stageId"] for s in stages), default=-1),
-        )
+    def mark(self) -> int:
+        return max((e["id"] for e in self._executions(False)), default=-1)
 
-    def read_since(self, mark: tuple[int, int]) -> tuple[int, int]:
-        files = 0
-        for execution in self._get("sql?details=true&planDescription=false&offset=0&length=100000"):
-            if execution["id"] <= mark[0]:
+    def read_since(self, mark: int) -> tuple[int, set[str]]:
+        files, columns = 0, set()
+        for execution in self._executions(True):
+            if execution["id"] <= mark:
                 continue
             for node in execution["nodes"]:
-                if node["nodeName"].startswith("Scan"):
+                if node["nodeName"].startswith("Scan parquet"):
                     metrics = {m["name"]: m["value"] for m in node.get("metrics", [])}
                     files += int(metrics.get("number of files read", "0").replace(",", ""))
-        size = sum(s["inputBytes"] for s in self._get("stages") if s["stageId"] > mark[1])
-        return files, size
+            for schema in re.findall(r"ReadSchema: struct<(.*?)>\n", execution["planDescription"]):
+                columns |= {field.split(":")[0] for field in schema.split(",") if field}
+        return files, columns
+
+
+def column_bytes(table_uri: str, version: int, columns: set[str]) -> tuple[int, int]:
+    """Compressed bytes of `columns` and of every column in the table's files."""
+    chosen = every = 0
+    for uri in DeltaTable(table_uri, version=version).file_uris():
+        metadata = pq.ParquetFile(uri).metadata
+        for group in range(metadata.num_row_groups):
+            for index in range(metadata.num_columns):
+                chunk = metadata.row_group(group).column(index)
+                every += chunk.total_compressed_size
+                if chunk.path_in_schema in columns:
+                    chosen += chunk.total_compressed_size
+    return chosen, every
 
 
 def measure(
@@ -156,22 +172,23 @@ def measure(
     insert: Callable[[Lakehouse, DataFrame], int],
     rows: DataFrame,
     base: int,
-) -> tuple[float, int, int]:
+) -> tuple[float, int, set[str]]:
     marker = scans.mark()
     started = time.perf_counter()
     inserted = insert(lake, rows)
     seconds = time.perf_counter() - started
     assert inserted == BATCH // 2, inserted
     time.sleep(1)  # the UI's listener records an execution's metrics asynchronously
-    files, size = scans.read_since(marker)
+    files, columns = scans.read_since(marker)
     lake.restore(PAYMENTS, base, metadata=META)
-    return seconds, files, size
+    return seconds, files, columns
 
 
 def main() -> int:
     resource = SparkResource(ui_enabled=True)
     spark = resource.session()
-    rows_of: dict[tuple[int, str], list[tuple[float, int, int]]] = {}
+    rows_of: dict[tuple[int, str], list[tuple[float, int, set[str]]]] = {}
+    read_bytes: dict[tuple[int, str], tuple[int, int]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-payments-") as tmp:
         for size in SIZES:
             lake = Lakehouse(root=str(Path(tmp) / str(size)), engine="delta-spark", spark=resource)
@@ -192,14 +209,23 @@ def main() -> int:
                     rows_of.setdefault((size, name), []).append(
                         measure(lake, scans, insert, incoming, base)
                     )
+                    columns = rows_of[(size, name)][-1][2]
+                    read_bytes[(size, name)] = column_bytes(lake.uri(PAYMENTS), base, columns)
     print(f"\n{BATCH:,}-row batch, half replays; median of {ROUNDS} rounds, local[*]")
-    print(f"  {'table rows':>11} {'insert':<10} {'seconds':>8} {'files read':>11} {'MiB read':>9}")
-    ratios = {}
+    print(
+        f"  {'table rows':>11} {'insert':<10} {'seconds':>8} {'files read':>11} "
+        f"{'MiB read':>9} {'of MiB':>7}  columns read"
+    )
+    ratios: dict[int, dict[str, float]] = {}
     for (size, name), runs in rows_of.items():
         seconds = statistics.median(r[0] for r in runs)
-        files, size_read = runs[-1][1], runs[-1][2]
+        files, columns = runs[-1][1], runs[-1][2]
+        chosen, every = read_bytes[(size, name)]
         ratios.setdefault(size, {})[name] = seconds
-        print(f"  {size:>11,} {name:<10} {seconds:>8.2f} {files:>11} {size_read / 2**20:>9.1f}")
+        print(
+            f"  {size:>11,} {name:<10} {seconds:>8.2f} {files:>11} {chosen / 2**20:>9.1f} "
+            f"{every / 2**20:>7.1f}  {', '.join(sorted(columns))}"
+        )
     failed = False
     for size, timing in ratios.items():
         ratio = timing["validated"] / timing["plain"]
