@@ -28,18 +28,23 @@ def run_job(job, instance, resources, config, raise_on_error=True):
     )
 
 
-@pytest.fixture
-def two_materializations(resources, instance, write_visits, lakehouse):
+def materialize_twice(resources, instance, write_visits) -> list[str]:
+    """A good day, then a bad batch on top of it; returns the good day's visit ids."""
     write_visits(DAY, "a.jsonl", day_of_visits(DAY, 3))
     dg.materialize(
         [visits_daily], partition_key=DAY.isoformat(), resources=resources, instance=instance
     )
-    first = rows(lakehouse)
+    first = rows(resources["lakehouse"])
     write_visits(DAY, "b.jsonl", [visit("bad-batch", dt.datetime(2024, 3, 4, 9, tzinfo=dt.UTC))])
     dg.materialize(
         [visits_daily], partition_key=DAY.isoformat(), resources=resources, instance=instance
     )
     return first
+
+
+@pytest.fixture
+def two_materializations(resources, instance, write_visits):
+    return materialize_twice(resources, instance, write_visits)
 
 
 def test_restore_to_just_before_a_partitions_materialization(
@@ -94,3 +99,22 @@ def test_restore_requests_that_name_nothing_restorable_are_refused(resources, in
     ]:
         with pytest.raises(RestoreRequestError, match=message):
             run_job(restore_table, instance, resources, config)
+
+
+def test_the_jobs_restore_and_vacuum_a_table_on_the_object_store(
+    spark, s3_lakehouse, landing, instance, write_visits
+):
+    resources = {"spark": spark, "lakehouse": s3_lakehouse, "landing": landing}
+    good = materialize_twice(resources, instance, write_visits)
+    run_job(
+        restore_table,
+        instance,
+        resources,
+        {"asset_key": "visits_daily", "partition": DAY.isoformat()},
+    )
+    assert rows(s3_lakehouse) == good
+    assert s3_lakehouse.history(VISITS_DAILY, limit=1)[0].operation == "RESTORE"
+    assert not s3_lakehouse.missing_files(VISITS_DAILY, 1)
+    run_job(vacuum_table, instance, resources, {"table": VISITS_DAILY, "retention_hours": 0})
+    assert s3_lakehouse.missing_files(VISITS_DAILY, 1)  # the bad batch's files are gone
+    assert rows(s3_lakehouse) == good
