@@ -46,6 +46,7 @@ bench: setup
 	$(PY) benchmarks/merge_pruning.py
 	$(PY) benchmarks/telemetry.py
 	$(PY) benchmarks/engines.py
+	$(PY) benchmarks/payments.py
 
 # Benchmarks that start a standalone cluster (and a Spark Connect server) themselves.
 bench-cluster: setup
