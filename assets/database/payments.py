@@ -111,8 +111,9 @@ class IdempotencyConflictError(Exception):
         ]
         more = keys - len(by_key)
         tail = f"\n  ... and {more} more keys (all in {PAYMENT_CONFLICTS})" if more > 0 else ""
+        used = "key was" if keys == 1 else "keys were"
         super().__init__(
-            f"payments of {day}: {keys} idempotency keys were already used for a different "
+            f"payments of {day}: {keys} idempotency {used} already used for a different "
             "payment; nothing of this batch was committed:\n" + "\n".join(lines) + tail
         )
 
@@ -250,12 +251,13 @@ def _record_conflicts(
         )
 
 
-def _conflict_check(conflicts: Sequence[Conflict], keys: int) -> dg.AssetCheckResult:
+def _conflict_check(day: str, conflicts: Sequence[Conflict], keys: int) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(
         check_name=NO_CONFLICTS,
         passed=keys == 0,
         severity=dg.AssetCheckSeverity.ERROR,
         metadata={
+            "partition": day,
             "conflicting_keys": dg.MetadataValue.int(keys),
             "conflicts": dg.MetadataValue.md(
                 "\n".join(f"- `{c.key}` {c}" for c in conflicts) or "none"
@@ -316,7 +318,7 @@ def payments(
                 )
                 for r in first.collect()
             ]
-            yield _conflict_check(named, checked.conflict_keys)
+            yield _conflict_check(context.partition_key, named, checked.conflict_keys)
             raise IdempotencyConflictError(context.partition_key, named, checked.conflict_keys)
         if checked.new_rows == 0:
             result = CommitResult(PAYMENTS, version, "NONE", normalize_metrics({}, "NONE"))
@@ -355,5 +357,5 @@ def payments(
             sources=parsed.sources,
             extra=facts,
         ),
-        check_results=[_conflict_check([], 0)],
+        check_results=[_conflict_check(context.partition_key, [], 0)],
     )

@@ -93,7 +93,7 @@ def test_a_key_replayed_with_another_payload_fails_naming_key_and_column(
     failed = run(resources, settings, DAY2, raise_on_error=False)
     message = failure(failed)
     assert "IdempotencyConflictError" in message
-    assert "'action1'" in message
+    assert "1 idempotency key was already used" in message and "'action1'" in message
     assert "account_id: stored 'foo'" in message and "incoming 'bar'" in message
     assert "payments/date=2024-03-01/a.jsonl:1" in message  # where the stored one came from
     assert lakehouse.version(PAYMENTS) == version
@@ -161,7 +161,9 @@ def test_a_batch_with_a_conflict_commits_none_of_its_new_payments(
         ("k1", "amount", "12.5", "13"),
         ("new1", "account_id", "acc-1", "acc-2"),
     ]
-    assert check(failed).metadata["conflicting_keys"].value == 2
+    evaluation = check(failed)
+    assert evaluation.metadata["conflicting_keys"].value == 2
+    assert evaluation.metadata["partition"].text == "2024-03-02"
     # The day corrected: it ingests, and its conflicts are gone from the control table.
     write_payments(DAY2, "b.jsonl", [payment("new1"), payment("k2", currency="USD")])
     fixed = run(resources, settings, DAY2)
