@@ -251,6 +251,29 @@ def _record_conflicts(
         )
 
 
+def _first_conflicts(checked: CheckedBatch) -> list[Conflict]:
+    """The conflicts an error message names, in key and column order."""
+    first = checked.conflicts.orderBy(KEY, "column").limit(MAX_NAMED_CONFLICTS)
+    return [
+        Conflict(r[KEY], r.column, r.stored_value, r.incoming_value, r.stored_at, r.incoming_at)
+        for r in first.collect()
+    ]
+
+
+def _stored_rows(new: DataFrame, day: dt.date, run_id: str) -> DataFrame:
+    """New payments as the table keeps them, with where and when they were ingested."""
+    return new.select(
+        KEY,
+        *PAYLOAD_COLUMNS,
+        DIGEST,
+        F.lit(day).alias("payment_date"),
+        "source_file",
+        "source_line",
+        F.lit(run_id).alias("dagster_run_id"),
+        F.lit(dt.datetime.now(dt.UTC)).alias("ingested_at"),
+    )
+
+
 def _conflict_check(day: str, conflicts: Sequence[Conflict], keys: int) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(
         check_name=NO_CONFLICTS,
@@ -311,32 +334,16 @@ def payments(
         checked = check_batch(lakehouse, parsed.frame, compared, version)
         if checked.conflict_keys:
             _record_conflicts(context, lakehouse, day, checked)
-            first = checked.conflicts.orderBy(KEY, "column").limit(MAX_NAMED_CONFLICTS)
-            named = [
-                Conflict(
-                    r[KEY], r.column, r.stored_value, r.incoming_value, r.stored_at, r.incoming_at
-                )
-                for r in first.collect()
-            ]
+            named = _first_conflicts(checked)
             yield _conflict_check(context.partition_key, named, checked.conflict_keys)
             raise IdempotencyConflictError(context.partition_key, named, checked.conflict_keys)
         if checked.new_rows == 0:
             result = CommitResult(PAYMENTS, version, "NONE", normalize_metrics({}, "NONE"))
             break
-        rows = checked.new.select(
-            KEY,
-            *PAYLOAD_COLUMNS,
-            DIGEST,
-            F.lit(day).alias("payment_date"),
-            "source_file",
-            "source_line",
-            F.lit(context.run_id).alias("dagster_run_id"),
-            F.lit(dt.datetime.now(dt.UTC)).alias("ingested_at"),
-        )
         try:
             result = lakehouse.append(
                 PAYMENTS,
-                rows,
+                _stored_rows(checked.new, day, context.run_id),
                 metadata=metadata,
                 app_transaction=AppTransaction(WRITER_APP_ID, (writer or 0) + 1),
             )
