@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import dagster as dg
 
+from assets.database.transactional_writer import mark_restored
+from assets.immutable.proxy import SnapshotError, referenced_snapshots
 from assets.materialization import DELTA_VERSION, TABLE_NAME, commit_metadata
 from resources import Lakehouse
 
@@ -17,6 +19,9 @@ class RestoreTableConfig(dg.Config):
     version: int | None = None
     asset_key: str = ""
     partition: str = ""
+
+
+MATERIALIZATIONS_SEARCHED = 100
 
 
 class RestoreRequestError(ValueError):
@@ -57,13 +62,20 @@ def resolve_restore_target(
             asset_key=dg.AssetKey.from_user_string(config.asset_key),
             asset_partitions=[config.partition] if config.partition else None,
         ),
-        limit=1,
+        limit=MATERIALIZATIONS_SEARCHED,
     ).records
     if not records:
         raise RestoreRequestError(f"no {what} is recorded in this Dagster instance")
-    metadata = records[0].asset_materialization.metadata
-    if TABLE_NAME not in metadata or DELTA_VERSION not in metadata:
-        raise RestoreRequestError(f"the latest {what} did not record a table and Delta version")
+    # A materialization that skipped its write (input already committed) changed nothing:
+    # the one to undo is the latest that committed.
+    committed = [r for r in records if DELTA_VERSION in r.asset_materialization.metadata]
+    if not committed:
+        raise RestoreRequestError(
+            f"none of the latest {len(records)} {what}s recorded a Delta commit to undo"
+        )
+    metadata = committed[0].asset_materialization.metadata
+    if TABLE_NAME not in metadata:
+        raise RestoreRequestError(f"the latest {what} did not record its table")
     table = metadata[TABLE_NAME].value
     if config.table and config.table != table:
         raise RestoreRequestError(f"the latest {what} wrote {table!r}, not {config.table!r}")
@@ -74,9 +86,24 @@ def resolve_restore_target(
 def restore_delta_table(
     context: dg.OpExecutionContext, config: RestoreTableConfig, lakehouse: Lakehouse
 ) -> dg.Output[None]:
-    """Restore a table to an earlier version as a new commit; refuses, changing nothing,
-    if that version's files were vacuumed."""
+    """Restore a table to an earlier version as a new commit; refuses, changing no table
+    data, if that version's files were vacuumed."""
     target = resolve_restore_target(config, context.instance)
+    # Partitions whose transactional commits the restore undoes get a new input version
+    # first, so that their next run writes again (RESTORE keeps app transactions). Marked
+    # before the restore: a crash in between costs one needless rewrite, never a skip.
+    current = lakehouse.version(target.table) or 0
+    rewritable = mark_restored(
+        lakehouse,
+        target.table,
+        undone=[
+            entry.metadata
+            for entry in lakehouse.history(target.table, limit=max(current - target.version, 1))
+            if entry.version > target.version
+        ],
+        run_id=context.run_id,
+        note=f"{target.table} restored to version {target.version} by run {context.run_id}",
+    )
     result = lakehouse.restore(
         target.table,
         target.version,
@@ -86,7 +113,8 @@ def restore_delta_table(
     )
     context.log.info(
         f"restored {target.table} to version {target.version} ({target.reason}) "
-        f"as version {result.version}"
+        f"as version {result.version}; partitions whose commits it undid, which their next "
+        f"run writes again: {', '.join(rewritable) or 'none'}"
     )
     if config.asset_key:
         context.log_event(
@@ -107,6 +135,7 @@ def restore_delta_table(
             "restored_to_version": target.version,
             DELTA_VERSION: result.version,
             "reason": target.reason,
+            "rewritten_by_next_run": ", ".join(rewritable),
         },
     )
 
@@ -128,10 +157,21 @@ class VacuumConfig(dg.Config):
     dry_run: bool = False
 
 
+def _refuse_referenced_snapshot(lakehouse: Lakehouse, table: str, operation: str) -> None:
+    """Write-once snapshots keep their files as written while the proxy references them."""
+    if table in referenced_snapshots(lakehouse):
+        raise SnapshotError(
+            f"refused to {operation} {table!r}: it is a write-once snapshot the "
+            "device_snapshot proxy references; its files change only when retention "
+            "retires it"
+        )
+
+
 @dg.op
 def vacuum_delta_table(
     context: dg.OpExecutionContext, config: VacuumConfig, lakehouse: Lakehouse
 ) -> dg.Output[None]:
+    _refuse_referenced_snapshot(lakehouse, config.table, "vacuum")
     removed = lakehouse.vacuum(
         config.table, retention_hours=config.retention_hours, dry_run=config.dry_run
     )
@@ -166,6 +206,7 @@ def compact_delta_tables(
         if not lakehouse.exists(table):
             context.log.info(f"compact {table}: no such table yet, skipped")
             continue
+        _refuse_referenced_snapshot(lakehouse, table, "compact")
         result = lakehouse.compact(table, metadata=commit_metadata(context, partition_key=None))
         compacted[table] = {
             DELTA_VERSION: result.version,

@@ -13,11 +13,13 @@ from typing import Any
 import dagster as dg
 
 from resources.lakehouse import CommitResult, Lakehouse
+from resources.lakehouse.port import normalize_metrics
 from resources.landing import Fingerprint, sources_digest
 
 SOURCE_DIGEST = "source_digest"
 DELTA_VERSION = "delta_version"
 TABLE_NAME = "table_name"
+SKIPPED = "skipped"
 
 
 def commit_metadata(
@@ -60,5 +62,37 @@ def materialization_metadata(
         metadata["source_files"] = dg.MetadataValue.int(len(sources))
     for name, url in lakehouse.spark.ui_urls().items():
         metadata[name] = dg.MetadataValue.url(url)
+    metadata.update(extra or {})
+    return metadata
+
+
+def skipped_metadata(
+    lakehouse: Lakehouse,
+    table: str,
+    *,
+    reason: str,
+    partition_key: str | None,
+    sources: Sequence[Fingerprint] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Dagster metadata for a materialization that committed nothing, and says why.
+
+    It records the table's current version as `table_version`, never as `delta_version`:
+    no commit of this run exists to restore to the version before of."""
+    metadata: dict[str, Any] = {
+        TABLE_NAME: table,
+        "table_uri": dg.MetadataValue.path(lakehouse.uri(table)),
+        "table_version": dg.MetadataValue.int(lakehouse.version(table) or 0),
+        "delta_operation": "NONE",
+        SKIPPED: reason,
+        "partition": partition_key or "",
+        **{
+            name: dg.MetadataValue.int(value)
+            for name, value in normalize_metrics({}, "NONE").items()
+        },
+    }
+    if sources:
+        metadata[SOURCE_DIGEST] = sources_digest(sources)
+        metadata["source_files"] = dg.MetadataValue.int(len(sources))
     metadata.update(extra or {})
     return metadata

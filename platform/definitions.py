@@ -16,7 +16,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets import database, maintenance, overwriting, telemetry, updates
+from assets import database, immutable, maintenance, overwriting, telemetry, updates
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.object_store import is_object_store, storage_from_environment
 from sensors import sensors
@@ -61,8 +61,14 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
 
 def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
     return dg.Definitions(
-        assets=[*overwriting.assets, *updates.assets, *database.assets, *telemetry.assets],
-        jobs=[*overwriting.jobs, *maintenance.jobs, *telemetry.jobs],
+        assets=[
+            *overwriting.assets,
+            *updates.assets,
+            *database.assets,
+            *immutable.assets,
+            *telemetry.assets,
+        ],
+        jobs=[*overwriting.jobs, *maintenance.jobs, *immutable.jobs, *telemetry.jobs],
         sensors=sensors,
         schedules=telemetry.schedules,
         resources=build_resources(env),

@@ -40,6 +40,7 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "devices",
         "device_catalog",
         "payments",
+        "device_snapshot",
         "telemetry_raw",
         "telemetry_running_totals",
         "telemetry_hourly",
@@ -55,6 +56,9 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
     weekly = graph.get(dg.AssetKey("visits_weekly")).partitions_def
     assert weekly.get_first_partition_key() == "2024-01-01"
     assert weekly.get_next_partition_key("2024-12-30") == "2025-01-06"
+    snapshot = graph.get(dg.AssetKey("device_snapshot"))
+    assert snapshot.parent_keys == {dg.AssetKey("device_catalog")}
+    assert snapshot.partitions_def is None
     daily = graph.get(dg.AssetKey("visits_daily")).partitions_def
     assert daily.get_first_partition_key() == "2024-01-01"
     assert {c.name for c in graph.asset_check_keys} == {
@@ -71,6 +75,7 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "restore_table",
         "vacuum_table",
         "compact_tables",
+        "point_device_snapshot",
         "telemetry_subject",
         "blacklist_telemetry_file",
         "reingest_telemetry_file",

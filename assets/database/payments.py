@@ -32,11 +32,10 @@ from assets.database.payments_source import (
     parse_payments,
     shown,
 )
-from assets.materialization import commit_metadata, materialization_metadata
+from assets.materialization import commit_metadata, materialization_metadata, skipped_metadata
 from assets.overwriting.calendar import parse_day
 from resources import Lakehouse, LandingZone, SparkResource
-from resources.lakehouse import AppTransaction, CommitResult, StaleWriteError
-from resources.lakehouse.port import normalize_metrics
+from resources.lakehouse import AppTransaction, StaleWriteError
 from resources.lakehouse.predicates import eq
 
 PAYMENTS = "payments"
@@ -338,7 +337,7 @@ def payments(
             yield _conflict_check(context.partition_key, named, checked.conflict_keys)
             raise IdempotencyConflictError(context.partition_key, named, checked.conflict_keys)
         if checked.new_rows == 0:
-            result = CommitResult(PAYMENTS, version, "NONE", normalize_metrics({}, "NONE"))
+            result = None
             break
         try:
             result = lakehouse.append(
@@ -354,15 +353,23 @@ def payments(
             context.log.info("another payments run committed meanwhile: checking again")
     _record_conflicts(context, lakehouse, day, checked)
     facts = {"lines_read": parsed.lines_read, "replayed": checked.replayed}
-    if checked.new_rows == 0:
-        facts["skipped"] = "nothing new: every payment was already stored"
-    yield dg.MaterializeResult(
-        metadata=materialization_metadata(
+    if result is None:
+        metadata = skipped_metadata(
+            lakehouse,
+            PAYMENTS,
+            reason="nothing new: every payment was already stored",
+            partition_key=context.partition_key,
+            sources=parsed.sources,
+            extra=facts,
+        )
+    else:
+        metadata = materialization_metadata(
             lakehouse,
             result,
             partition_key=context.partition_key,
             sources=parsed.sources,
             extra=facts,
-        ),
-        check_results=[_conflict_check(context.partition_key, [], 0)],
+        )
+    yield dg.MaterializeResult(
+        metadata=metadata, check_results=[_conflict_check(context.partition_key, [], 0)]
     )

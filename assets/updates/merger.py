@@ -1,14 +1,18 @@
 """Merger: `devices`, a daily CDC file merged into one Delta table with soft deletes.
 
 The MERGE never inserts a row marked deleted, so replaying a batch that deleted a device
-cannot bring it back; updating a matched row with the batch's values is idempotent.
+cannot bring it back; updating a matched row with the batch's values is idempotent. The
+MERGE is a Transactional Writer's (assets/database/transactional_writer.py): a day whose
+file is already merged is skipped without a commit, so replaying an old day after newer
+ones cannot bring its older values back.
 """
 
 import dagster as dg
 import pyarrow as pa
 from pyspark.sql import functions as F
 
-from assets.materialization import commit_metadata, materialization_metadata
+from assets.database.transactional_writer import transactional_metadata, write_partition_once
+from assets.materialization import commit_metadata
 from assets.overwriting.calendar import parse_day
 from assets.updates.change_files import DEVICE_COLUMNS, parse_device_changes
 from resources import Lakehouse, LandingZone, SparkResource
@@ -27,7 +31,14 @@ DEVICE_MERGE = [
 ]
 
 
-@dg.asset(partitions_def=daily_changes, group_name="updates", kinds={"spark", "delta"})
+@dg.asset(
+    partitions_def=daily_changes,
+    group_name="updates",
+    kinds={"spark", "delta"},
+    # Part of each partition's input identity: bump it when the code changes what it
+    # writes, and every partition's next run writes again instead of being skipped.
+    code_version="1",
+)
 def devices(
     context: dg.AssetExecutionContext,
     spark: SparkResource,
@@ -41,19 +52,28 @@ def devices(
     metadata = commit_metadata(
         context, partition_key=context.partition_key, sources=[changes.source]
     )
-    if not lakehouse.exists(DEVICES):
-        lakehouse.append(DEVICES, DEVICES_SCHEMA.empty_table(), metadata=metadata)
-    result = lakehouse.merge(
-        DEVICES,
-        changes.frame.select(*DEVICE_COLUMNS, F.col("is_deleted")),
-        on="t.type = s.type AND t.version = s.version",
-        clauses=DEVICE_MERGE,
-        metadata=metadata,
+    outcome = write_partition_once(
+        context,
+        lakehouse,
+        table=DEVICES,
+        sources=[changes.source],
+        write=lambda app_transaction, facts: lakehouse.merge(
+            DEVICES,
+            changes.frame.select(*DEVICE_COLUMNS, F.col("is_deleted")),
+            on="t.type = s.type AND t.version = s.version",
+            clauses=DEVICE_MERGE,
+            metadata={**metadata, **facts},
+            app_transaction=app_transaction,
+        ),
+        create_empty=lambda: lakehouse.append(
+            DEVICES, DEVICES_SCHEMA.empty_table(), metadata=metadata
+        ),
     )
     return dg.MaterializeResult(
-        metadata=materialization_metadata(
+        metadata=transactional_metadata(
             lakehouse,
-            result,
+            outcome,
+            table=DEVICES,
             partition_key=context.partition_key,
             sources=[changes.source],
             extra=changes.facts(),

@@ -58,14 +58,14 @@ def test_restore_to_just_before_a_partitions_materialization(
         {"asset_key": "visits_daily", "partition": DAY.isoformat()},
     )
     assert rows(lakehouse) == two_materializations
-    assert lakehouse.version(VISITS_DAILY) == 2
+    assert lakehouse.version(VISITS_DAILY) == 3  # 0: created empty, 1, 2: the two runs
     assert lakehouse.history(VISITS_DAILY, limit=1)[0].operation == "RESTORE"
     [observation] = [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
     assert observation.asset_key == dg.AssetKey("visits_daily")
 
 
 def test_restore_to_an_explicit_version(resources, instance, lakehouse, two_materializations):
-    run_job(restore_table, instance, resources, {"table": VISITS_DAILY, "version": 0})
+    run_job(restore_table, instance, resources, {"table": VISITS_DAILY, "version": 1})
     assert rows(lakehouse) == two_materializations
 
 
@@ -86,7 +86,7 @@ def test_restore_refuses_a_vacuumed_version_and_changes_nothing(
     )
     assert not result.success
     error = str(result.get_step_failure_events()[0].event_specific_data.error.to_string())
-    assert "version 0 of Delta table 'visits_daily' is not available" in error
+    assert "version 1 of Delta table 'visits_daily' is not available" in error
     assert "VACUUM" in error and "retention 0 h" in error
     assert (rows(lakehouse), lakehouse.version(VISITS_DAILY)) == (current, version)
 
@@ -114,7 +114,7 @@ def test_the_jobs_restore_and_vacuum_a_table_on_the_object_store(
     )
     assert rows(s3_lakehouse) == good
     assert s3_lakehouse.history(VISITS_DAILY, limit=1)[0].operation == "RESTORE"
-    assert not s3_lakehouse.missing_files(VISITS_DAILY, 1)
+    assert not s3_lakehouse.missing_files(VISITS_DAILY, 2)
     run_job(vacuum_table, instance, resources, {"table": VISITS_DAILY, "retention_hours": 0})
-    assert s3_lakehouse.missing_files(VISITS_DAILY, 1)  # the bad batch's files are gone
+    assert s3_lakehouse.missing_files(VISITS_DAILY, 2)  # the bad batch's files are gone
     assert rows(s3_lakehouse) == good

@@ -1,0 +1,300 @@
+"""Transactional Writer: exactly-once writes of an asset partition, also when replayed.
+
+Every write of the platform is one Delta commit, so a killed run never leaves half a
+write behind. A commit alone does not give *exactly once*, though: the retry of a run
+that died just after its commit, or a replay of an input already written, would write
+again. So a partition's write carries a Delta app transaction:
+
+- app id: `<asset key>/<partition key>`;
+- version: the number of the partition's input in the control table `input_versions`,
+  which keeps each partition's inputs in the order it met them. An input whose digest
+  equals the latest recorded one keeps that number; any other input (new or changed
+  files, an older content coming back, the table restored under it) gets the next.
+
+Delta commits the app transaction atomically with the data, so after any crash the table
+itself says whether an input landed: when it records this input's number (or a later
+one), the write is skipped, reported as `skipped: already committed at version N`, and
+commits nothing.
+
+Order is what makes a crash at any point safe: the input is registered first, the data
+written second. A run killed between the two leaves a registered, uncommitted number,
+which its retry finds (same digest) and writes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+
+from assets.materialization import materialization_metadata, skipped_metadata
+from resources.lakehouse import AppTransaction, CommitResult, Lakehouse, StaleWriteError
+from resources.lakehouse.predicates import And, eq
+from resources.landing import Fingerprint, sources_digest
+
+INPUT_VERSIONS = "input_versions"
+INPUT_VERSIONS_SCHEMA = pa.schema(
+    [
+        pa.field("asset_key", pa.string()),
+        pa.field("partition_key", pa.string()),
+        pa.field("input_version", pa.int64()),
+        pa.field("input_digest", pa.string()),
+        pa.field("reason", pa.string()),
+        pa.field("dagster_run_id", pa.string()),
+        pa.field("registered_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+APP_ID = "transaction_app_id"
+INPUT_VERSION = "input_version"
+"""Commit metadata of a transactional write: which app id and input it carried."""
+REGISTER_ATTEMPTS = 5
+REWRITE_TAG = "lakehouse/rewrite"
+"""A run tagged `lakehouse/rewrite=true` writes its partitions even when their input is
+already committed (e.g. after fixing data by hand in the table)."""
+
+
+def app_id(asset_key: str, partition_key: str) -> str:
+    return f"{asset_key}/{partition_key}"
+
+
+def input_digest(facts: Mapping[str, Any]) -> str:
+    """SHA-256 of the facts that define an input (canonical JSON: sorted keys, no
+    whitespace), e.g. its files' digest and the code version that reads them."""
+    encoded = json.dumps(facts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(encoded.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class InputVersion:
+    asset_key: str
+    partition_key: str
+    version: int
+    digest: str
+
+    @property
+    def app_id(self) -> str:
+        return app_id(self.asset_key, self.partition_key)
+
+    @property
+    def app_transaction(self) -> AppTransaction:
+        return AppTransaction(self.app_id, self.version)
+
+    @property
+    def commit_facts(self) -> dict[str, Any]:
+        return {APP_ID: self.app_id, INPUT_VERSION: self.version}
+
+
+def latest_input(lakehouse: Lakehouse, asset_key: str, partition_key: str) -> InputVersion | None:
+    if not lakehouse.exists(INPUT_VERSIONS):
+        return None
+    rows = lakehouse.read_arrow(
+        INPUT_VERSIONS,
+        where=And((eq("asset_key", asset_key), eq("partition_key", partition_key))),
+        columns=["input_version", "input_digest"],
+    ).to_pylist()
+    if not rows:
+        return None
+    newest = max(rows, key=lambda row: row["input_version"])
+    return InputVersion(asset_key, partition_key, newest["input_version"], newest["input_digest"])
+
+
+def register_input(
+    lakehouse: Lakehouse,
+    *,
+    asset_key: str,
+    partition_key: str,
+    digest: str,
+    run_id: str,
+    reason: str = "input",
+    force: bool = False,
+) -> InputVersion:
+    """The number of this input: the latest one when its digest is the latest recorded
+    (unless `force`), else the next, recorded before it is returned.
+
+    Two runs registering different inputs of one partition at once both compute the same
+    next number; the control table's own app transaction (same app id) lets one commit
+    and refuses the other, which then reads again and takes the number after."""
+    if not lakehouse.exists(INPUT_VERSIONS):
+        # Created empty first: a commit that creates a table has no snapshot to check an
+        # app transaction against, so two runs creating it at once would both pass.
+        lakehouse.append(
+            INPUT_VERSIONS, INPUT_VERSIONS_SCHEMA.empty_table(), metadata={"dagster_run_id": run_id}
+        )
+    for attempt in range(1, REGISTER_ATTEMPTS + 1):
+        latest = latest_input(lakehouse, asset_key, partition_key)
+        if latest is not None and latest.digest == digest and not force:
+            return latest
+        registered = InputVersion(
+            asset_key, partition_key, (latest.version if latest else 0) + 1, digest
+        )
+        row = pa.Table.from_pylist(
+            [
+                {
+                    "asset_key": asset_key,
+                    "partition_key": partition_key,
+                    "input_version": registered.version,
+                    "input_digest": digest,
+                    "reason": reason,
+                    "dagster_run_id": run_id,
+                    "registered_at": dt.datetime.now(dt.UTC),
+                }
+            ],
+            schema=INPUT_VERSIONS_SCHEMA,
+        )
+        try:
+            lakehouse.append(
+                INPUT_VERSIONS,
+                row,
+                metadata={"dagster_run_id": run_id, **registered.commit_facts, "reason": reason},
+                app_transaction=registered.app_transaction,
+            )
+            return registered
+        except StaleWriteError:
+            if attempt == REGISTER_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class TransactionalWrite:
+    """What a transactional write did: committed `result`, or skipped (`skipped` says why)."""
+
+    input: InputVersion
+    result: CommitResult | None
+    skipped: str | None = None
+
+
+def write_exactly_once(
+    lakehouse: Lakehouse,
+    *,
+    table: str,
+    asset_key: str,
+    partition_key: str,
+    digest: str,
+    run_id: str,
+    write: Callable[[AppTransaction, Mapping[str, Any]], CommitResult],
+    create_empty: Callable[[], object],
+    force: bool = False,
+) -> TransactionalWrite:
+    """Register the input, then call `write(app_transaction, commit_facts)` unless the
+    table already holds this input. `write` makes one commit carrying the app transaction
+    and the facts in its commit metadata (the restore job finds partitions by them).
+
+    `create_empty` creates the table without rows (with the write's schema and
+    partitioning) when it does not exist yet: a write that creates a table has no
+    snapshot for Delta to check its app transaction against, so two runs of one input
+    racing to create the table would both commit."""
+    if not lakehouse.exists(table):
+        create_empty()
+    registered = register_input(
+        lakehouse,
+        asset_key=asset_key,
+        partition_key=partition_key,
+        digest=digest,
+        run_id=run_id,
+        force=force,
+    )
+    committed = lakehouse.app_transaction_version(table, registered.app_id)
+    if committed is not None and committed >= registered.version:
+        return TransactionalWrite(registered, None, _already_committed(registered, committed))
+    try:
+        return TransactionalWrite(
+            registered, write(registered.app_transaction, registered.commit_facts)
+        )
+    except StaleWriteError as stale:
+        # A concurrent run committed this input, or a newer one, after our check.
+        return TransactionalWrite(registered, None, _already_committed(registered, stale.current))
+
+
+def write_partition_once(
+    context: dg.AssetExecutionContext,
+    lakehouse: Lakehouse,
+    *,
+    table: str,
+    sources: Sequence[Fingerprint],
+    write: Callable[[AppTransaction, Mapping[str, Any]], CommitResult],
+    create_empty: Callable[[], object],
+) -> TransactionalWrite:
+    """`write_exactly_once` for this run's asset partition. The input is the partition's
+    source files and the asset's code version: a changed `code_version` is a new input,
+    so new code rewrites what old code wrote."""
+    code_version = context.assets_def.code_versions_by_key.get(context.asset_key)
+    return write_exactly_once(
+        lakehouse,
+        table=table,
+        asset_key=context.asset_key.to_user_string(),
+        partition_key=context.partition_key,
+        digest=input_digest({"sources": sources_digest(sources), "code_version": code_version}),
+        run_id=context.run_id,
+        write=write,
+        create_empty=create_empty,
+        force=context.run.tags.get(REWRITE_TAG, "").lower() == "true",
+    )
+
+
+def transactional_metadata(
+    lakehouse: Lakehouse,
+    outcome: TransactionalWrite,
+    *,
+    table: str,
+    partition_key: str,
+    sources: Sequence[Fingerprint],
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Dagster metadata of a transactional write, committed or skipped."""
+    facts = {INPUT_VERSION: dg.MetadataValue.int(outcome.input.version), **(extra or {})}
+    if outcome.result is None:
+        return skipped_metadata(
+            lakehouse,
+            table,
+            reason=outcome.skipped or "",
+            partition_key=partition_key,
+            sources=sources,
+            extra=facts,
+        )
+    return materialization_metadata(
+        lakehouse, outcome.result, partition_key=partition_key, sources=sources, extra=facts
+    )
+
+
+def _already_committed(registered: InputVersion, committed: int) -> str:
+    if committed == registered.version:
+        return f"already committed at version {committed}"
+    return (
+        f"already committed at version {committed}: a newer input than this one "
+        f"(input version {registered.version}) was written meanwhile"
+    )
+
+
+def mark_restored(
+    lakehouse: Lakehouse, table: str, *, undone: Sequence[Mapping[str, Any]], run_id: str, note: str
+) -> list[str]:
+    """After a restore: give every partition whose transactional commit was undone a new
+    input version, so that its next run writes again (Delta's RESTORE brings files back
+    but keeps the app transactions, which would otherwise call the undone input
+    committed). `undone` is the commit metadata of the undone commits; returns the app
+    ids marked."""
+    partitions = sorted(
+        {
+            (str(meta["asset_key"]), str(meta["partition_key"]))
+            for meta in undone
+            if meta.get(APP_ID) and meta.get("asset_key") and meta.get("partition_key")
+        }
+    )
+    for asset_key, partition_key in partitions:
+        register_input(
+            lakehouse,
+            asset_key=asset_key,
+            partition_key=partition_key,
+            digest=input_digest({"restored": table, "note": note}),
+            run_id=run_id,
+            reason=note,
+            force=True,
+        )
+    return [app_id(asset_key, partition_key) for asset_key, partition_key in partitions]

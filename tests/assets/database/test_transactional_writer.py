@@ -1,0 +1,202 @@
+"""Transactional Writer: exactly-once partition writes, proven by replays, restores,
+races and SIGKILLed writers."""
+
+import datetime as dt
+
+import dagster as dg
+import pyarrow as pa
+import pytest
+from exactly_once_writer import kill_trials
+from support import DELTA_JARS, day_of_visits
+
+from assets.database.transactional_writer import (
+    INPUT_VERSION,
+    REWRITE_TAG,
+    latest_input,
+    register_input,
+    transactional_metadata,
+    write_exactly_once,
+    write_partition_once,
+)
+from assets.maintenance import restore_table
+from assets.overwriting import visits_daily
+from assets.overwriting.data_overwrite import VISITS_DAILY
+from resources import Lakehouse
+from resources.lakehouse.predicates import eq
+
+DAY = dt.date(2024, 5, 6)
+SCHEMA = pa.schema([pa.field("p", pa.string()), pa.field("n", pa.int64())])
+
+
+def register(lakehouse, digest: str, *, force: bool = False) -> int:
+    return register_input(
+        lakehouse, asset_key="a", partition_key="p", digest=digest, run_id="r", force=force
+    ).version
+
+
+def test_an_input_keeps_its_number_until_it_changes(lakehouse):
+    assert register(lakehouse, "A") == 1
+    assert register(lakehouse, "A") == 1
+    assert register(lakehouse, "B") == 2
+    # An older content coming back is a new input: the table holds B's data now.
+    assert register(lakehouse, "A") == 3
+    assert register(lakehouse, "A", force=True) == 4
+    assert latest_input(lakehouse, "a", "p").digest == "A"
+    assert latest_input(lakehouse, "a", "other") is None
+
+
+def write_rows(lakehouse, digest: str, rows: list[int], *, write_first=None):
+    """A transactional overwrite of partition `p` of table `t`; `write_first` runs inside
+    the write, before its commit (a concurrent run)."""
+
+    def write(app_transaction, facts):
+        if write_first:
+            write_first()
+        return lakehouse.overwrite(
+            "t",
+            pa.table({"p": ["p"] * len(rows), "n": rows}, schema=SCHEMA),
+            where=eq("p", "p"),
+            metadata={"digest": digest, **facts},
+            app_transaction=app_transaction,
+        )
+
+    return write_exactly_once(
+        lakehouse,
+        table="t",
+        asset_key="a",
+        partition_key="p",
+        digest=digest,
+        run_id="r",
+        write=write,
+        create_empty=lambda: lakehouse.append("t", SCHEMA.empty_table(), metadata={}),
+    )
+
+
+def stored(lakehouse) -> list[int]:
+    return sorted(lakehouse.read_arrow("t").column("n").to_pylist())
+
+
+def test_a_replayed_input_is_skipped_without_a_commit(lakehouse):
+    first = write_rows(lakehouse, "A", [1, 2])
+    assert first.result is not None and first.result.version == 1  # 0 created it empty
+    assert lakehouse.history("t")[0].metadata[INPUT_VERSION] == 1
+
+    replay = write_rows(lakehouse, "A", [1, 2])
+    assert replay.result is None
+    assert replay.skipped == "already committed at version 1"
+    assert lakehouse.version("t") == 1
+
+    changed = write_rows(lakehouse, "B", [3])
+    assert changed.result is not None and changed.input.version == 2
+    assert stored(lakehouse) == [3]
+
+
+def test_a_write_overtaken_by_a_newer_input_commits_nothing(lakehouse):
+    write_rows(lakehouse, "A", [1])
+    # Run "B" registers its input (2) and, before it commits, run "C" registers (3) and
+    # commits: B's older input must not overwrite C's.
+    outcome = write_rows(lakehouse, "B", [2], write_first=lambda: write_rows(lakehouse, "C", [3]))
+    assert outcome.result is None
+    assert outcome.skipped.startswith("already committed at version 3: a newer input")
+    assert stored(lakehouse) == [3]
+    assert lakehouse.version("t") == 2
+
+
+def materialize(resources, instance, **tags) -> dict:
+    result = dg.materialize(
+        [visits_daily],
+        partition_key=DAY.isoformat(),
+        resources=resources,
+        instance=instance,
+        tags=tags or None,
+    )
+    return result.asset_materializations_for_node("visits_daily")[0].metadata
+
+
+def test_visits_daily_skips_a_committed_day_and_writes_it_again_after_a_restore(
+    resources, lakehouse, instance, write_visits
+):
+    write_visits(DAY, "a.jsonl", day_of_visits(DAY, 3))
+    assert materialize(resources, instance)["delta_version"].value == 1  # 0: created empty
+    write_visits(DAY, "b.jsonl", day_of_visits(DAY, 2, prefix="late"))
+    second = materialize(resources, instance)
+    assert (second["delta_version"].value, second[INPUT_VERSION].value) == (2, 2)
+
+    replay = materialize(resources, instance)
+    assert replay["skipped"].value == "already committed at version 2"
+    assert "delta_version" not in replay
+    assert (replay["table_version"].value, replay["rows_inserted"].value) == (2, 0)
+    assert lakehouse.version(VISITS_DAILY) == 2
+
+    # The restore undoes the latest *commit* of the day (not the skipped run), and the
+    # day's next run writes it again although its files did not change.
+    restore_table.execute_in_process(
+        run_config={
+            "ops": {
+                "restore_delta_table": {
+                    "config": {"asset_key": "visits_daily", "partition": DAY.isoformat()}
+                }
+            }
+        },
+        resources={"lakehouse": lakehouse},
+        instance=instance,
+    )
+    assert lakehouse.count(VISITS_DAILY) == 3
+    rewritten = materialize(resources, instance)
+    assert rewritten[INPUT_VERSION].value == 4  # 3 is the restore's mark
+    assert lakehouse.count(VISITS_DAILY) == 5
+
+    forced = materialize(resources, instance, **{REWRITE_TAG: "true"})
+    assert forced["delta_version"].value == lakehouse.version(VISITS_DAILY) == 5
+    assert lakehouse.count(VISITS_DAILY) == 5
+
+
+def versioned_asset(code_version: str) -> dg.AssetsDefinition:
+    @dg.asset(
+        name="versioned",
+        partitions_def=dg.StaticPartitionsDefinition(["p"]),
+        code_version=code_version,
+    )
+    def asset(context: dg.AssetExecutionContext, lakehouse: Lakehouse) -> dg.MaterializeResult:
+        outcome = write_partition_once(
+            context,
+            lakehouse,
+            table="t",
+            sources=[],
+            write=lambda app_transaction, facts: lakehouse.overwrite(
+                "t", pa.table({"n": [1]}), metadata=facts, app_transaction=app_transaction
+            ),
+            create_empty=lambda: lakehouse.append("t", pa.table({"n": [1]})[:0], metadata={}),
+        )
+        return dg.MaterializeResult(
+            metadata=transactional_metadata(
+                lakehouse, outcome, table="t", partition_key="p", sources=[]
+            )
+        )
+
+    return asset
+
+
+def test_a_new_code_version_is_a_new_input(lakehouse):
+    def run(code_version: str) -> dict:
+        result = dg.materialize(
+            [versioned_asset(code_version)], partition_key="p", resources={"lakehouse": lakehouse}
+        )
+        return result.asset_materializations_for_node("versioned")[0].metadata
+
+    assert run("1")["delta_version"].value == 1
+    assert run("1")["skipped"].value == "already committed at version 1"
+    assert run("2")["delta_version"].value == 2
+
+
+def test_sigkilled_writers_leave_one_whole_copy(lakehouse, engine):
+    report = kill_trials(lakehouse, engine=engine, jars=DELTA_JARS, trials=3)
+    assert report.replays_skipped == 3
+
+
+@pytest.mark.slow
+def test_a_hundred_sigkilled_writers_leave_one_whole_copy(lakehouse, engine):
+    report = kill_trials(lakehouse, engine=engine, jars=DELTA_JARS, trials=100, replay_every=10)
+    # Random points hit both sides of the commit.
+    assert report.killed_before_commit > 0 and report.killed_after_commit > 0
+    print(f"{engine}: {report}")
