@@ -47,6 +47,7 @@ bench: setup
 	$(PY) benchmarks/telemetry.py
 	$(PY) benchmarks/engines.py
 	$(PY) benchmarks/payments.py
+	$(PY) benchmarks/sessions.py
 
 # Benchmarks that start a standalone cluster (and a Spark Connect server) themselves.
 bench-cluster: setup

@@ -40,6 +40,28 @@ def commit_metadata(
     return metadata
 
 
+def _table_metadata(
+    lakehouse: Lakehouse,
+    table: str,
+    *,
+    operation: str,
+    metrics: Mapping[str, int],
+    partition_key: str | None,
+    sources: Sequence[Fingerprint],
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        TABLE_NAME: table,
+        "table_uri": dg.MetadataValue.path(lakehouse.uri(table)),
+        "delta_operation": operation,
+        "partition": partition_key or "",
+        **{name: dg.MetadataValue.int(value) for name, value in metrics.items()},
+    }
+    if sources:
+        metadata[SOURCE_DIGEST] = sources_digest(sources)
+        metadata["source_files"] = dg.MetadataValue.int(len(sources))
+    return metadata
+
+
 def materialization_metadata(
     lakehouse: Lakehouse,
     result: CommitResult,
@@ -49,17 +71,15 @@ def materialization_metadata(
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Dagster metadata for a materialization that wrote `result`."""
-    metadata: dict[str, Any] = {
-        TABLE_NAME: result.table,
-        "table_uri": dg.MetadataValue.path(lakehouse.uri(result.table)),
-        DELTA_VERSION: dg.MetadataValue.int(result.version),
-        "delta_operation": result.operation,
-        "partition": partition_key or "",
-        **{name: dg.MetadataValue.int(value) for name, value in result.metrics.items()},
-    }
-    if sources:
-        metadata[SOURCE_DIGEST] = sources_digest(sources)
-        metadata["source_files"] = dg.MetadataValue.int(len(sources))
+    metadata = _table_metadata(
+        lakehouse,
+        result.table,
+        operation=result.operation,
+        metrics=result.metrics,
+        partition_key=partition_key,
+        sources=sources,
+    )
+    metadata[DELTA_VERSION] = dg.MetadataValue.int(result.version)
     for name, url in lakehouse.spark.ui_urls().items():
         metadata[name] = dg.MetadataValue.url(url)
     metadata.update(extra or {})
@@ -79,20 +99,15 @@ def skipped_metadata(
 
     It records the table's current version as `table_version`, never as `delta_version`:
     no commit of this run exists to restore to the version before of."""
-    metadata: dict[str, Any] = {
-        TABLE_NAME: table,
-        "table_uri": dg.MetadataValue.path(lakehouse.uri(table)),
-        "table_version": dg.MetadataValue.int(lakehouse.version(table) or 0),
-        "delta_operation": "NONE",
-        SKIPPED: reason,
-        "partition": partition_key or "",
-        **{
-            name: dg.MetadataValue.int(value)
-            for name, value in normalize_metrics({}, "NONE").items()
-        },
-    }
-    if sources:
-        metadata[SOURCE_DIGEST] = sources_digest(sources)
-        metadata["source_files"] = dg.MetadataValue.int(len(sources))
+    metadata = _table_metadata(
+        lakehouse,
+        table,
+        operation="NONE",
+        metrics=normalize_metrics({}, "NONE"),
+        partition_key=partition_key,
+        sources=sources,
+    )
+    metadata["table_version"] = dg.MetadataValue.int(lakehouse.version(table) or 0)
+    metadata[SKIPPED] = reason
     metadata.update(extra or {})
     return metadata

@@ -91,8 +91,7 @@ def merge(lake: Lakehouse, batch: pa.Table, *, bound: str | None) -> tuple[float
     condition = KEY_MATCH
     if bound:
         value = batch.column(bound)[0].as_py()
-        dialect = "spark" if lake.engine == "delta-spark" else "datafusion"
-        condition = f"{eq(f't.{bound}', value).render(dialect)} AND {KEY_MATCH}"
+        condition = f"{eq(f't.{bound}', value).render(lake.dialect)} AND {KEY_MATCH}"
     started = time.perf_counter()
     result = lake.merge("devices", batch, on=condition, clauses=CLAUSES, metadata=META)
     elapsed = time.perf_counter() - started

@@ -56,6 +56,7 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
         "landing": LandingZone(root=_location(env.get("LANDING_ROOT", ".data/landing"))),
         "telemetry": telemetry.TelemetrySettings(),
         "payments_settings": database.PaymentsSettings(),
+        "session_settings": database.SessionSettings(),
     }
 
 

@@ -40,6 +40,7 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "devices",
         "device_catalog",
         "payments",
+        "user_sessions",
         "device_snapshot",
         "telemetry_raw",
         "telemetry_running_totals",

@@ -6,13 +6,19 @@ The write is a Transactional Writer's (assets/database/transactional_writer.py):
 whose files are already committed is skipped without a commit.
 """
 
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
 import dagster as dg
 
 from assets.database.transactional_writer import transactional_metadata, write_partition_once
+from assets.database.visit_first_seen import record_first_seen
 from assets.materialization import commit_metadata
 from assets.overwriting.calendar import parse_day
 from assets.overwriting.visits_source import parse_landed_visits
 from resources import Lakehouse, LandingZone, SparkResource
+from resources.lakehouse import AppTransaction, CommitResult
 from resources.lakehouse.predicates import eq
 
 VISITS_DAILY = "visits_daily"
@@ -39,19 +45,33 @@ def visits_daily(
     day = parse_day(context.partition_key)
     parsed = parse_landed_visits(spark.session(), landing, [day])
     metadata = commit_metadata(context, partition_key=context.partition_key, sources=parsed.sources)
-    outcome = write_partition_once(
-        context,
-        lakehouse,
-        table=VISITS_DAILY,
-        sources=parsed.sources,
-        write=lambda app_transaction, facts: lakehouse.overwrite(
+
+    def write(app_transaction: AppTransaction, facts: Mapping[str, Any]) -> CommitResult:
+        # When each visit was first seen, before the day itself: a crash in between is
+        # repaired by the retry, which records nothing twice.
+        record_first_seen(
+            lakehouse,
+            parsed.frame,
+            day,
+            seen_at=dt.datetime.now(dt.UTC),
+            run_id=context.run_id,
+            metadata=metadata,
+        )
+        return lakehouse.overwrite(
             VISITS_DAILY,
             parsed.frame,
             where=eq("event_date", day),
             partition_by=["event_date"],
             metadata={**metadata, **facts},
             app_transaction=app_transaction,
-        ),
+        )
+
+    outcome = write_partition_once(
+        context,
+        lakehouse,
+        table=VISITS_DAILY,
+        sources=parsed.sources,
+        write=write,
         create_empty=lambda: lakehouse.append(
             VISITS_DAILY, parsed.frame.limit(0), partition_by=["event_date"], metadata=metadata
         ),

@@ -15,7 +15,7 @@ from pyarrow import fs as pafs
 from pydantic import PrivateAttr
 
 from resources.lakehouse import port
-from resources.lakehouse.predicates import Predicate, Value
+from resources.lakehouse.predicates import Dialect, Predicate, Value
 from resources.object_store import S3Storage, is_object_store, object_path
 from resources.spark import SparkResource
 
@@ -47,6 +47,12 @@ class Lakehouse(dg.ConfigurableResource):
     _engine: port.DeltaEngine | None = PrivateAttr(default=None)
 
     # -- naming -------------------------------------------------------------------------
+
+    @property
+    def dialect(self) -> Dialect:
+        """The SQL dialect of this engine, for MERGE conditions that pin a data value
+        (render the value's predicate with it; keep column comparisons as text)."""
+        return "spark" if self.engine == "delta-spark" else "datafusion"
 
     def uri(self, table: str) -> str:
         """Where table `table` (e.g. `visits_daily`) lives under the lakehouse root."""

@@ -1,0 +1,496 @@
+"""Keyed Idempotency: `user_sessions`, sessions per user whose ids never change.
+
+A session is a user's run of visits with no inactivity gap longer than `gap_minutes` of
+event time. Its id is a SHA-256 of the user and the session's first-*ingested* visit
+(its `first_seen_at` from `visit_first_seen`, then its visit id, which orders visits
+ingested in one batch): a visit arriving late, even one earlier in event time than the
+session's first, was ingested later, so it joins the session without changing its id.
+When a late visit bridges two sessions, the merged session keeps the id of the
+earliest-ingested one by the same rule, and the other id is retired: recorded in
+`user_sessions_retired` (`merged_into`, when, which run) and deleted from
+`user_sessions`, which holds live sessions only.
+
+A day's run rebuilds only what changed: the users with visits of the day first seen
+since the day was last built (`user_sessions_days` keeps, per day, its visit count and
+latest first-seen time; every user of the day when the day is new or lost visits), and
+of those only the sessions within the day widened by the gap and by the stored sessions
+it reaches, widened again until no rebuilt session touches the window's edge (so a
+session that runs across days, or days processed out of order, are rebuilt whole). One
+MERGE on `session_id`, pinned to the window's session dates, upserts the changed
+sessions and deletes the retired ones in one commit; a day with no change commits
+nothing.
+"""
+
+import datetime as dt
+from dataclasses import dataclass
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from assets.database.visit_first_seen import FIRST_SEEN
+from assets.materialization import commit_metadata, materialization_metadata, skipped_metadata
+from assets.overwriting.calendar import parse_day
+from assets.overwriting.data_overwrite import VISITS_DAILY, daily_partitions, visits_daily
+from resources import Lakehouse
+from resources.lakehouse import (
+    CommitResult,
+    WhenMatchedDelete,
+    WhenMatchedUpdate,
+    WhenNotMatchedInsert,
+)
+from resources.lakehouse.predicates import And, Compare, Predicate, between, eq, is_in
+
+USER_SESSIONS = "user_sessions"
+RETIRED = "user_sessions_retired"
+SESSION_COLUMNS = (
+    "session_id",
+    "user_id",
+    "session_start",
+    "session_end",
+    "visits",
+    "first_ingested_at",
+    "first_ingested_visit",
+    "session_date",
+    "dagster_run_id",
+    "updated_at",
+)
+SESSIONS_SCHEMA = pa.schema(
+    [
+        pa.field("session_id", pa.string()),
+        pa.field("user_id", pa.string()),
+        pa.field("session_start", pa.timestamp("us", tz="UTC")),
+        pa.field("session_end", pa.timestamp("us", tz="UTC")),
+        pa.field("visits", pa.int64()),
+        pa.field("first_ingested_at", pa.timestamp("us", tz="UTC")),
+        pa.field("first_ingested_visit", pa.string()),
+        pa.field("session_date", pa.date32()),
+        pa.field("dagster_run_id", pa.string()),
+        pa.field("updated_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+RETIRED_SCHEMA = pa.schema(
+    [
+        pa.field("session_id", pa.string()),
+        pa.field("user_id", pa.string()),
+        pa.field("merged_into", pa.string()),
+        pa.field("retired_at", pa.timestamp("us", tz="UTC")),
+        pa.field("dagster_run_id", pa.string()),
+        pa.field("partition_key", pa.string()),
+    ]
+)
+STORED_COLUMNS = (
+    "session_id string, user_id string, session_start timestamp, session_end timestamp, "
+    "session_date date"
+)
+"""What a rebuild reads of the stored sessions."""
+MAX_WIDENINGS = 20
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+MAX_NAMED_USERS = 1_000
+"""Up to this many changed users are pushed into the reads by name."""
+BUILT_DAYS = "user_sessions_days"
+BUILT_DAYS_SCHEMA = pa.schema(
+    [
+        pa.field("session_day", pa.date32()),
+        pa.field("day_visits", pa.int64()),
+        pa.field("seen_through", pa.int64()),
+        pa.field("dagster_run_id", pa.string()),
+    ]
+)
+
+
+class SessionSettings(dg.ConfigurableResource):
+    gap_minutes: int = 30
+    """A visit more than this many minutes (event time) after the previous one of its
+    user starts a new session."""
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    start: dt.datetime
+    end: dt.datetime
+
+    def widened(self, start: dt.datetime | None, end: dt.datetime | None) -> "TimeWindow":
+        return TimeWindow(min(self.start, start or self.start), max(self.end, end or self.end))
+
+    @property
+    def dates(self) -> tuple[dt.date, dt.date]:
+        return self.start.date(), self.end.date()
+
+
+def sessionize(visits: DataFrame, gap: dt.timedelta) -> DataFrame:
+    """One row per session of `visits` (user_id, visit_id, event_time, first_seen_at,
+    event_date): its span, size, first-ingested visit and id, `_visit_days`, and
+    `_unseen_visit` (a visit without a first-seen time, if any)."""
+    order = Window.partitionBy("user_id").orderBy("event_time", "visit_id")
+    previous = F.lag("event_time").over(order)
+    gap_micros = int(gap / dt.timedelta(microseconds=1))
+    starts = previous.isNull() | (
+        F.unix_micros("event_time") - F.unix_micros(previous) > gap_micros
+    )
+    numbered = visits.withColumn(
+        "_session",
+        F.sum(starts.cast("int")).over(order.rowsBetween(Window.unboundedPreceding, 0)),
+    )
+    first = F.min(F.struct("first_seen_at", "visit_id"))
+    sessions = numbered.groupBy("user_id", "_session").agg(
+        F.min("event_time").alias("session_start"),
+        F.max("event_time").alias("session_end"),
+        F.count("*").cast("long").alias("visits"),
+        first.alias("_first"),
+        F.collect_set("event_date").alias("_visit_days"),
+        F.min(F.when(F.col("first_seen_at").isNull(), F.col("visit_id"))).alias("_unseen_visit"),
+    )
+    # Unambiguous encoding: JSON of typed fields, no separator content can imitate.
+    identity = F.to_json(
+        F.struct(
+            F.col("user_id"),
+            F.unix_micros("_first.first_seen_at").alias("first_seen_micros"),
+            F.col("_first.visit_id").alias("visit_id"),
+        )
+    )
+    return sessions.select(
+        F.sha2(identity, 256).alias("session_id"),
+        "user_id",
+        "session_start",
+        "session_end",
+        "visits",
+        F.col("_first.first_seen_at").alias("first_ingested_at"),
+        F.col("_first.visit_id").alias("first_ingested_visit"),
+        F.to_date("session_start").alias("session_date"),
+        "_visit_days",
+        "_unseen_visit",
+    )
+
+
+Users = list[str] | DataFrame
+"""Whose sessions a rebuild redoes: a few named users (pushed into the reads as a
+predicate), or every user of the day (a DataFrame, semi-joined)."""
+
+
+def _read_of(
+    lakehouse: Lakehouse, table: str, where: Predicate, columns: list[str], users: Users
+) -> DataFrame:
+    columns = columns if "user_id" in columns else [*columns, "user_id"]
+    if isinstance(users, list):
+        return lakehouse.read(table, where=And((where, is_in("user_id", users))), columns=columns)
+    return lakehouse.read(table, where=where, columns=columns).join(users, "user_id", "left_semi")
+
+
+def _overlapping(lakehouse: Lakehouse, window: TimeWindow, users: Users) -> DataFrame:
+    """Stored sessions of `users` that come within the window."""
+    if not lakehouse.exists(USER_SESSIONS):
+        return lakehouse.spark.session().createDataFrame([], STORED_COLUMNS)
+    near = And(
+        (Compare("session_end", ">=", window.start), Compare("session_start", "<=", window.end))
+    )
+    columns = [c.split()[0] for c in STORED_COLUMNS.split(", ")]
+    return _read_of(lakehouse, USER_SESSIONS, near, columns, users)
+
+
+def _visits_within(lakehouse: Lakehouse, window: TimeWindow, users: Users) -> DataFrame:
+    low, high = window.dates
+    days = between("event_date", low, high)
+    columns = ["visit_id", "user_id", "event_time", "event_date"]
+    visits = _read_of(lakehouse, VISITS_DAILY, days, columns, users)
+    first_seen = _read_of(lakehouse, FIRST_SEEN, days, ["visit_id", "first_seen_at"], users)
+    return visits.join(first_seen.drop("user_id"), "visit_id", "left").where(
+        (F.col("event_time") >= F.lit(window.start)) & (F.col("event_time") <= F.lit(window.end))
+    )
+
+
+@dataclass(frozen=True)
+class DayMark:
+    """What a day's sessions were built from: its visit count and the latest first-seen
+    time among them (epoch microseconds), kept in `user_sessions_days`."""
+
+    day: dt.date
+    visits: int
+    seen_through: int | None
+
+
+def _stored_mark(lakehouse: Lakehouse, day: dt.date) -> DayMark | None:
+    if not lakehouse.exists(BUILT_DAYS):
+        return None
+    rows = lakehouse.read_arrow(BUILT_DAYS, where=eq("session_day", day)).to_pylist()
+    return DayMark(day, rows[0]["day_visits"], rows[0]["seen_through"]) if rows else None
+
+
+def _instant(micros: int) -> dt.datetime:
+    return EPOCH + dt.timedelta(microseconds=micros)
+
+
+def changed_users(lakehouse: Lakehouse, day: dt.date) -> tuple[Users, DayMark]:
+    """The users whose visits of `day` changed since its sessions were last built: those
+    with visits first seen after the stored mark, when the day only gained visits; every
+    user of the day when it is built for the first time or lost or swapped visits.
+
+    Detecting a change reads the day's visit count and its first-seen records newer
+    than the mark (a handful of rows), never the day's visits themselves."""
+    count = lakehouse.count(VISITS_DAILY, where=eq("event_date", day))
+    stored = _stored_mark(lakehouse, day)
+    if stored is not None and stored.seen_through is not None:
+        newer = And(
+            (eq("event_date", day), Compare("first_seen_at", ">", _instant(stored.seen_through)))
+        )
+        new = lakehouse.read_arrow(FIRST_SEEN, where=newer, columns=["user_id", "first_seen_at"])
+        users = sorted(set(new.column("user_id").to_pylist()))
+        if count == stored.visits + new.num_rows and len(users) <= MAX_NAMED_USERS:
+            latest = pc.max(pc.cast(new.column("first_seen_at"), pa.int64())).as_py()
+            return users, DayMark(day, count, max(stored.seen_through, latest or 0))
+    day_seen = lakehouse.read(FIRST_SEEN, where=eq("event_date", day), columns=["first_seen_at"])
+    [seen_through] = day_seen.agg(F.max(F.unix_micros("first_seen_at"))).first()
+    every_user = lakehouse.read(
+        VISITS_DAILY, where=eq("event_date", day), columns=["user_id"]
+    ).distinct()
+    return every_user, DayMark(day, count, seen_through)
+
+
+def _span(
+    sessions: DataFrame, gap: dt.timedelta
+) -> tuple[dt.datetime | None, dt.datetime | None, str | None]:
+    """The sessions' earliest start and latest end widened by `gap` (None: no sessions),
+    and a visit without a first-seen time among them, in one Spark job. Read as epoch
+    microseconds: Spark hands timestamps to Python in its local zone."""
+    unseen = F.min("_unseen_visit") if "_unseen_visit" in sessions.columns else F.lit(None)
+    low, high, missing = sessions.agg(
+        F.min(F.unix_micros("session_start")), F.max(F.unix_micros("session_end")), unseen
+    ).first()
+    return (
+        None if low is None else _instant(low) - gap,
+        None if high is None else _instant(high) + gap,
+        missing,
+    )
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    sessions: DataFrame
+    retired: DataFrame
+    window: TimeWindow
+    widenings: int
+    mark: DayMark
+    users: Users
+
+
+def rebuild_day(lakehouse: Lakehouse, day: dt.date, gap: dt.timedelta) -> Rebuild:
+    """The sessions that the changed visits of `day` can touch, rebuilt, and the stored
+    ids they retire."""
+    day_start = dt.datetime.combine(day, dt.time(), dt.UTC)
+    window = TimeWindow(day_start - gap, day_start + dt.timedelta(days=1) + gap)
+    users, mark = changed_users(lakehouse, day)
+    if isinstance(users, DataFrame):
+        users = users.localCheckpoint()
+    widenings = 0
+
+    def widen(wider: TimeWindow) -> TimeWindow:
+        nonlocal widenings
+        widenings += 1
+        if widenings > MAX_WIDENINGS:
+            raise dg.Failure(f"sessions around {day} kept growing after {MAX_WIDENINGS} widenings")
+        return wider
+
+    while True:
+        # The stored sessions the window reaches, the window widened to hold them whole.
+        stored = _overlapping(lakehouse, window, users)
+        low, high, _ = _span(stored, gap)
+        if window.widened(low, high) != window:
+            window = widen(window.widened(low, high))
+            continue
+        sessions = sessionize(_visits_within(lakehouse, window, users), gap)
+        # Rebuilt: the sessions holding a visit of the day, or covering a stored one.
+        touching = sessions.join(
+            stored.select(
+                "user_id",
+                F.col("session_start").alias("_s"),
+                F.col("session_end").alias("_e"),
+            ),
+            "user_id",
+            "left",
+        ).where(
+            F.array_contains("_visit_days", F.lit(day))
+            | ((F.col("_s") <= F.col("session_end")) & (F.col("_e") >= F.col("session_start")))
+        )
+        kept = touching.drop("_s", "_e", "_visit_days").dropDuplicates(["session_id"])
+        kept = kept.localCheckpoint()
+        low, high, unseen = _span(kept, gap)
+        if unseen:
+            raise dg.Failure(
+                f"visit {unseen!r} has no first-seen record in {FIRST_SEEN}: "
+                "materialize its visits_daily day again"
+            )
+        # A rebuilt session within the gap of the window's edge may go on beyond it.
+        if window.widened(low, high) == window:
+            break
+        window = widen(window.widened(low, high))
+    kept = kept.drop("_unseen_visit")
+    retired = (
+        stored.join(kept.select("session_id"), "session_id", "left_anti")
+        .alias("r")
+        .join(
+            kept.select(
+                "user_id",
+                F.col("session_id").alias("merged_into"),
+                F.col("session_start").alias("_s"),
+                F.col("session_end").alias("_e"),
+            ).alias("k"),
+            (F.col("r.user_id") == F.col("k.user_id"))
+            & (F.col("k._s") <= F.col("r.session_end"))
+            & (F.col("k._e") >= F.col("r.session_start")),
+            "left",
+        )
+        .groupBy(F.col("r.session_id").alias("session_id"), F.col("r.user_id").alias("user_id"))
+        .agg(F.min("merged_into").alias("merged_into"))
+    )
+    return Rebuild(kept, retired.localCheckpoint(), window, widenings, mark, users)
+
+
+def _record_retired(
+    lakehouse: Lakehouse, retired: DataFrame, *, run_id: str, partition_key: str, metadata: dict
+) -> None:
+    rows = retired.select(
+        "session_id",
+        "user_id",
+        "merged_into",
+        F.current_timestamp().alias("retired_at"),
+        F.lit(run_id).alias("dagster_run_id"),
+        F.lit(partition_key).alias("partition_key"),
+    )
+    lakehouse.merge(
+        RETIRED,
+        rows,
+        on="t.session_id = s.session_id",
+        clauses=[WhenNotMatchedInsert()],
+        metadata=metadata,
+    )
+
+
+def publish(
+    lakehouse: Lakehouse, rebuild: Rebuild, *, run_id: str, partition_key: str, metadata: dict
+) -> tuple[CommitResult, int]:
+    """Record the retired ids, then MERGE the rebuild into `user_sessions` in one commit
+    (upsert changed sessions, delete retired ones); returns the commit and how many ids
+    were retired. Both steps are idempotent, so a retry after a crash between them is
+    safe."""
+    for table, schema, partitioning in (
+        (USER_SESSIONS, SESSIONS_SCHEMA, ["session_date"]),
+        (RETIRED, RETIRED_SCHEMA, None),
+        (BUILT_DAYS, BUILT_DAYS_SCHEMA, None),
+    ):
+        if not lakehouse.exists(table):
+            lakehouse.append(
+                table, schema.empty_table(), partition_by=partitioning, metadata=metadata
+            )
+    retired_count = rebuild.retired.count()
+    if retired_count:
+        _record_retired(
+            lakehouse,
+            rebuild.retired,
+            run_id=run_id,
+            partition_key=partition_key,
+            metadata=metadata,
+        )
+    source = rebuild.sessions.select(
+        *SESSION_COLUMNS[:-2],
+        F.lit(run_id).alias("dagster_run_id"),
+        F.lit(dt.datetime.now(dt.UTC)).cast("timestamp").alias("updated_at"),
+        F.lit(False).alias("_retired"),
+    ).unionByName(
+        rebuild.retired.select("session_id", "user_id", F.lit(True).alias("_retired")),
+        allowMissingColumns=True,
+    )
+    low, high = rebuild.window.dates
+    # Every stored session the rebuild read, and every rebuilt one, starts in the window.
+    pinned = between("t.session_date", low, high).render(lakehouse.dialect)
+    unchanged = " AND ".join(
+        f"t.{c} = s.{c}" for c in ("session_start", "session_end", "visits", "first_ingested_at")
+    )
+    result = lakehouse.merge(
+        USER_SESSIONS,
+        source,
+        on=f"{pinned} AND t.session_id = s.session_id",
+        clauses=[
+            WhenMatchedDelete(condition="s._retired"),
+            # An unchanged session is left as it is: a rerun rewrites nothing.
+            WhenMatchedUpdate(
+                condition=f"NOT ({unchanged})",
+                set={c: f"s.{c}" for c in SESSION_COLUMNS},
+            ),
+            WhenNotMatchedInsert(
+                condition="NOT s._retired",
+                values={c: f"s.{c}" for c in SESSION_COLUMNS},
+            ),
+        ],
+        metadata={**metadata, "retired_sessions": retired_count},
+    )
+    # After the sessions: a crash in between leaves the older mark, and the retry
+    # rebuilds a superset of what changed.
+    mark = pa.Table.from_pylist(
+        [
+            {
+                "session_day": rebuild.mark.day,
+                "day_visits": rebuild.mark.visits,
+                "seen_through": rebuild.mark.seen_through,
+                "dagster_run_id": run_id,
+            }
+        ],
+        schema=BUILT_DAYS_SCHEMA,
+    )
+    lakehouse.overwrite(
+        BUILT_DAYS, mark, where=eq("session_day", rebuild.mark.day), metadata=metadata
+    )
+    return result, retired_count
+
+
+@dg.asset(
+    partitions_def=daily_partitions,
+    deps=[visits_daily],
+    group_name="database",
+    kinds={"spark", "delta"},
+)
+def user_sessions(
+    context: dg.AssetExecutionContext, lakehouse: Lakehouse, session_settings: SessionSettings
+) -> dg.MaterializeResult:
+    """Sessions per user (a new one after `gap_minutes` of inactivity) with ids that
+    never change across reruns, backfills and late visits: SHA-256 of the user and the
+    session's first-ingested visit. Sessions merged by a late visit keep the
+    earliest-ingested id; the others are listed in `user_sessions_retired`."""
+    day = parse_day(context.partition_key)
+    rebuild = rebuild_day(lakehouse, day, dt.timedelta(minutes=session_settings.gap_minutes))
+    if isinstance(rebuild.users, list) and not rebuild.users:
+        return dg.MaterializeResult(
+            metadata=skipped_metadata(
+                lakehouse,
+                USER_SESSIONS,
+                reason=f"no visit of {day} changed since its sessions were built",
+                partition_key=context.partition_key,
+            )
+        )
+    result, retired = publish(
+        lakehouse,
+        rebuild,
+        run_id=context.run_id,
+        partition_key=context.partition_key,
+        metadata=commit_metadata(context, partition_key=context.partition_key),
+    )
+    return dg.MaterializeResult(
+        metadata=materialization_metadata(
+            lakehouse,
+            result,
+            partition_key=context.partition_key,
+            extra={
+                "sessions_rebuilt": dg.MetadataValue.int(rebuild.sessions.count()),
+                "sessions_retired": dg.MetadataValue.int(retired),
+                "window": f"{rebuild.window.start:%Y-%m-%d %H:%M} .. "
+                f"{rebuild.window.end:%Y-%m-%d %H:%M} UTC",
+                "widenings": dg.MetadataValue.int(rebuild.widenings),
+                "users_rebuilt": (
+                    ", ".join(rebuild.users[:20]) + (" ..." if len(rebuild.users) > 20 else "")
+                    if isinstance(rebuild.users, list)
+                    else "every user of the day"
+                ),
+            },
+        )
+    )

@@ -1,0 +1,131 @@
+"""Keyed Idempotency: session ids that survive reruns, late visits and bridging visits."""
+
+import datetime as dt
+
+import dagster as dg
+import pytest
+from support import visit
+
+from assets.database.user_sessions import (
+    RETIRED,
+    USER_SESSIONS,
+    SessionSettings,
+    user_sessions,
+)
+from assets.database.visit_first_seen import FIRST_SEEN
+from assets.overwriting import visits_daily
+
+DAY = dt.date(2024, 6, 3)
+NEXT = DAY + dt.timedelta(days=1)
+
+
+def at(day: dt.date, hhmm: str) -> dt.datetime:
+    hour, minute = map(int, hhmm.split(":"))
+    return dt.datetime.combine(day, dt.time(hour, minute), dt.UTC)
+
+
+def deliver(write_visits, day: dt.date, name: str, visits: list[tuple[str, str, str]]) -> None:
+    """visits: (visit_id, user_id, HH:MM) on `day`."""
+    write_visits(day, name, [visit(vid, at(day, hhmm), user=user) for vid, user, hhmm in visits])
+
+
+def run(resources, day: dt.date) -> dict:
+    result = dg.materialize(
+        [visits_daily, user_sessions],
+        partition_key=day.isoformat(),
+        resources={**resources, "session_settings": SessionSettings()},
+    )
+    return result.asset_materializations_for_node("user_sessions")[0].metadata
+
+
+def sessions(lakehouse) -> dict[str, tuple]:
+    """session_id -> (user, start HH:MM, end HH:MM, visits)."""
+    return {
+        r["session_id"]: (
+            r["user_id"],
+            f"{r['session_start']:%d %H:%M}",
+            f"{r['session_end']:%d %H:%M}",
+            r["visits"],
+        )
+        for r in lakehouse.read_arrow(USER_SESSIONS).to_pylist()
+    }
+
+
+def tables(lakehouse) -> tuple:
+    return tuple(
+        sorted(map(str, lakehouse.read_arrow(table).to_pylist()))
+        for table in (USER_SESSIONS, RETIRED, FIRST_SEEN)
+        if lakehouse.exists(table)
+    )
+
+
+def test_late_visits_join_their_session_which_keeps_its_id(resources, lakehouse, write_visits):
+    """The book's case: the job restarts after late data landed, and every existing
+    session keeps its id, also when a late visit is earlier than the session's first."""
+    deliver(
+        write_visits,
+        DAY,
+        "a.jsonl",
+        [("v1", "u1", "10:00"), ("v2", "u1", "10:10"), ("v3", "u2", "12:00")],
+    )
+    run(resources, DAY)
+    before = {user: sid for sid, (user, *_rest) in sessions(lakehouse).items()}
+    deliver(
+        write_visits,
+        DAY,
+        "b.jsonl",
+        [("v4", "u1", "09:50"), ("v5", "u1", "10:25"), ("v6", "u2", "15:00")],
+    )
+    run(resources, DAY)
+    after = sessions(lakehouse)
+    assert after[before["u1"]] == ("u1", "03 09:50", "03 10:25", 4)
+    assert after[before["u2"]] == ("u2", "03 12:00", "03 12:00", 1)
+    assert sorted(after.values())[-1] == ("u2", "03 15:00", "03 15:00", 1)
+    assert len(after) == 3
+    assert lakehouse.count(RETIRED) == 0
+    # A rerun changes nothing, and a re-delivered identical visit keeps its first time.
+    once = tables(lakehouse)
+    deliver(write_visits, DAY, "c.jsonl", [("v1", "u1", "10:00")])
+    run(resources, DAY)
+    assert tables(lakehouse) == once
+
+
+def test_a_bridging_visit_merges_sessions_and_retires_the_later_id(
+    resources, lakehouse, write_visits
+):
+    deliver(write_visits, DAY, "a.jsonl", [("a1", "u1", "10:00"), ("a2", "u1", "10:10")])
+    run(resources, DAY)
+    [first] = sessions(lakehouse)
+    deliver(write_visits, DAY, "b.jsonl", [("b1", "u1", "11:00"), ("b2", "u1", "11:10")])
+    run(resources, DAY)
+    [second] = set(sessions(lakehouse)) - {first}
+    deliver(write_visits, DAY, "c.jsonl", [("c1", "u1", "10:35")])
+    metadata = run(resources, DAY)
+    assert sessions(lakehouse) == {first: ("u1", "03 10:00", "03 11:10", 5)}
+    [retired] = lakehouse.read_arrow(RETIRED).to_pylist()
+    assert (retired["session_id"], retired["merged_into"]) == (second, first)
+    assert retired["partition_key"] == DAY.isoformat() and retired["dagster_run_id"]
+    assert metadata["sessions_retired"].value == 1
+    once = tables(lakehouse)
+    run(resources, DAY)
+    assert tables(lakehouse) == once
+
+
+@pytest.mark.parametrize("order", [(DAY, NEXT), (NEXT, DAY)], ids=["in-order", "next-day-first"])
+def test_sessions_across_midnight_are_whole_whatever_the_order_of_days(
+    resources, lakehouse, write_visits, order
+):
+    evening = [(f"e{h}{m}", "u1", f"{h}:{m}") for h in range(20, 24) for m in ("00", "20", "40")]
+    deliver(write_visits, DAY, "a.jsonl", [*evening, ("late", "u2", "23:50")])
+    deliver(write_visits, NEXT, "a.jsonl", [("n1", "u1", "00:30"), ("n2", "u2", "00:10")])
+    for day in order:
+        run(resources, day)
+    assert sorted(sessions(lakehouse).values()) == [
+        ("u1", "03 20:00", "03 23:40", 12),
+        ("u1", "04 00:30", "04 00:30", 1),
+        ("u2", "03 23:50", "04 00:10", 2),
+    ]
+    once = tables(lakehouse)
+    for day in order:
+        run(resources, day)
+    assert tables(lakehouse) == once
