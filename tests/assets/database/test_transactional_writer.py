@@ -200,6 +200,7 @@ SLOW_TRIALS = {"delta-rs": 100, "delta-spark": 20}
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_many_sigkilled_writers_leave_one_whole_copy(lakehouse, engine):
     trials = SLOW_TRIALS[engine]
     report = kill_trials(lakehouse, engine=engine, jars=DELTA_JARS, trials=trials, replay_every=10)
