@@ -5,9 +5,9 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from assets.database.transactional_writer import mark_restored
 from assets.immutable.proxy import SnapshotError, referenced_snapshots
 from assets.materialization import DELTA_VERSION, TABLE_NAME, commit_metadata
+from assets.transactional_writer import mark_restored
 from resources import Lakehouse
 
 

@@ -37,8 +37,8 @@ from assets.database.user_sessions import (  # noqa: E402
     rebuild_day,
     sessionize,
 )
-from assets.database.visit_first_seen import FIRST_SEEN  # noqa: E402
 from assets.overwriting.data_overwrite import VISITS_DAILY  # noqa: E402
+from assets.overwriting.visit_first_seen import FIRST_SEEN  # noqa: E402
 from resources import Lakehouse, SparkResource  # noqa: E402
 
 DAYS = 30

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from assets.database.transactional_writer import input_digest, write_exactly_once  # noqa: E402
+from assets.transactional_writer import input_digest, write_exactly_once  # noqa: E402
 from resources import Lakehouse, SparkResource  # noqa: E402
 from resources.lakehouse.predicates import between  # noqa: E402
 

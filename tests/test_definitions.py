@@ -139,3 +139,21 @@ def test_dagster_loads_the_workspace_like_dagster_dev(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Validation successful for code location lakehouse" in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "assets.overwriting",
+        "assets.updates",
+        "assets.database",
+        "assets.immutable",
+        "assets.telemetry",
+        "assets.maintenance",
+        "demo.__main__",
+    ],
+)
+def test_each_package_imports_on_its_own(module):
+    """Whatever a tool imports first (the demo imports `assets.overwriting`), no import
+    cycle between the pattern families breaks it."""
+    subprocess.run([sys.executable, "-c", f"import {module}"], cwd=PROJECT_ROOT, check=True)

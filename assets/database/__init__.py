@@ -1,5 +1,6 @@
-"""Database patterns: idempotent inserts that verify what they skip (`payments`), Keyed
-Idempotency (`user_sessions`), and the Transactional Writer other families write with."""
+"""Database patterns: idempotent inserts that verify what they skip (`payments`) and Keyed
+Idempotency (`user_sessions`). The Transactional Writer, which every family writes with,
+is assets/transactional_writer.py."""
 
 from assets.database.payments import PaymentsSettings, payments
 from assets.database.user_sessions import SessionSettings, user_sessions

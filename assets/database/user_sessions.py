@@ -30,10 +30,10 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from assets.database.visit_first_seen import FIRST_SEEN
 from assets.materialization import commit_metadata, materialization_metadata, skipped_metadata
 from assets.overwriting.calendar import parse_day
 from assets.overwriting.data_overwrite import VISITS_DAILY, daily_partitions, visits_daily
+from assets.overwriting.visit_first_seen import FIRST_SEEN
 from resources import Lakehouse
 from resources.lakehouse import (
     CommitResult,

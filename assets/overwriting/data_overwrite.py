@@ -2,7 +2,7 @@
 
 A day's materialization replaces exactly that day with replaceWhere, in one commit; a rerun
 or a backfill of the day is therefore safe by construction, and other days are untouched.
-The write is a Transactional Writer's (assets/database/transactional_writer.py): a day
+The write is a Transactional Writer's (assets/transactional_writer.py): a day
 whose files are already committed is skipped without a commit.
 """
 
@@ -12,11 +12,11 @@ from typing import Any
 
 import dagster as dg
 
-from assets.database.transactional_writer import transactional_metadata, write_partition_once
-from assets.database.visit_first_seen import record_first_seen
 from assets.materialization import commit_metadata
 from assets.overwriting.calendar import parse_day
+from assets.overwriting.visit_first_seen import record_first_seen
 from assets.overwriting.visits_source import parse_landed_visits
+from assets.transactional_writer import transactional_metadata, write_partition_once
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import AppTransaction, CommitResult
 from resources.lakehouse.predicates import eq

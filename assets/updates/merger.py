@@ -2,7 +2,7 @@
 
 The MERGE never inserts a row marked deleted, so replaying a batch that deleted a device
 cannot bring it back; updating a matched row with the batch's values is idempotent. The
-MERGE is a Transactional Writer's (assets/database/transactional_writer.py): a day whose
+MERGE is a Transactional Writer's (assets/transactional_writer.py): a day whose
 file is already merged is skipped without a commit, so replaying an old day after newer
 ones cannot bring its older values back.
 """
@@ -11,9 +11,9 @@ import dagster as dg
 import pyarrow as pa
 from pyspark.sql import functions as F
 
-from assets.database.transactional_writer import transactional_metadata, write_partition_once
 from assets.materialization import commit_metadata
 from assets.overwriting.calendar import parse_day
+from assets.transactional_writer import transactional_metadata, write_partition_once
 from assets.updates.change_files import DEVICE_COLUMNS, parse_device_changes
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import WhenMatchedDelete, WhenMatchedUpdate, WhenNotMatchedInsert

@@ -12,8 +12,8 @@ from assets.database.user_sessions import (
     SessionSettings,
     user_sessions,
 )
-from assets.database.visit_first_seen import FIRST_SEEN
 from assets.overwriting import visits_daily
+from assets.overwriting.visit_first_seen import FIRST_SEEN
 
 DAY = dt.date(2024, 6, 3)
 NEXT = DAY + dt.timedelta(days=1)

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 from support import day_of_visits, run_process_env, visit
 
-from assets.database.transactional_writer import REWRITE_TAG
 from assets.overwriting import visits_daily
 from assets.overwriting.data_overwrite import VISITS_DAILY
+from assets.transactional_writer import REWRITE_TAG
 from resources.lakehouse.predicates import eq
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]

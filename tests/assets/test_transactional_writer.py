@@ -9,7 +9,10 @@ import pytest
 from exactly_once_writer import kill_trials
 from support import DELTA_JARS, day_of_visits
 
-from assets.database.transactional_writer import (
+from assets.maintenance import restore_table
+from assets.overwriting import visits_daily
+from assets.overwriting.data_overwrite import VISITS_DAILY
+from assets.transactional_writer import (
     INPUT_VERSION,
     REWRITE_TAG,
     latest_input,
@@ -18,9 +21,6 @@ from assets.database.transactional_writer import (
     write_exactly_once,
     write_partition_once,
 )
-from assets.maintenance import restore_table
-from assets.overwriting import visits_daily
-from assets.overwriting.data_overwrite import VISITS_DAILY
 from resources import Lakehouse
 from resources.lakehouse.predicates import eq
 
