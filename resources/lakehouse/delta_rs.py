@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import (
     CommitProperties,
     DeltaTable,
@@ -24,7 +25,16 @@ from deltalake import (
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from resources.lakehouse import port
-from resources.lakehouse.predicates import Predicate, Value, identifier, render
+from resources.lakehouse.predicates import (
+    And,
+    Compare,
+    In,
+    Or,
+    Predicate,
+    Value,
+    identifier,
+    render,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -67,6 +77,46 @@ def _commit_properties(
             else None
         ),
     )
+
+
+_ARROW_COMPARISONS = {
+    "=": pc.equal,
+    "<>": pc.not_equal,
+    "<": pc.less,
+    "<=": pc.less_equal,
+    ">": pc.greater,
+    ">=": pc.greater_equal,
+}
+
+
+def _partition_mask(predicate: Predicate, partitions: pa.Table) -> pa.ChunkedArray | None:
+    """Which files (rows of flattened add actions) `predicate` keeps, when it names
+    partition columns only (None otherwise). A file's partition value is one value for
+    all its rows, so the predicate holds for all of a kept file's rows or for none."""
+    if isinstance(predicate, And | Or):
+        masks = [_partition_mask(part, partitions) for part in predicate.parts]
+        if any(mask is None for mask in masks):
+            return None
+        combine = pc.and_kleene if isinstance(predicate, And) else pc.or_kleene
+        result = pa.chunked_array([pa.array([isinstance(predicate, And)] * partitions.num_rows)])
+        for mask in masks:
+            result = combine(result, mask)
+        return result
+    if not isinstance(predicate, Compare | In):
+        return None
+    column = f"partition.{predicate.column}"
+    if column not in partitions.column_names:
+        return None
+    values = partitions.column(column)
+    try:
+        if isinstance(predicate, In):
+            return pc.is_in(values, value_set=pa.array(predicate.values, type=values.type))
+        if isinstance(predicate.value, dt.datetime) or predicate.op not in _ARROW_COMPARISONS:
+            return None
+        value = pa.scalar(predicate.value, type=values.type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return None  # a value of another type than the column's: let the query decide
+    return _ARROW_COMPARISONS[predicate.op](values, value)
 
 
 # How many commits racing writers may have stacked on a table we just created.
@@ -114,7 +164,29 @@ class DeltaRsEngine(port.DeltaEngine):
         result = QueryBuilder().register("t", self._table(table, version)).execute(query)
         return _plain_types(pa.table(result.read_all()))
 
+    def count_from_log(self, table: str, *, where: Predicate | None = None) -> int | None:
+        """The rows of the files `where` selects, summed from the log's per-file row counts
+        without reading any data file; None when that cannot be exact: `where` names a
+        column that is not a partition column, a file has no row count, or files may carry
+        deletion vectors (their counts include deleted rows)."""
+        delta = self._table(table)
+        if "deletionVectors" in (delta.protocol().writer_features or []):
+            return None
+        files = pa.table(delta.get_add_actions(flatten=True))
+        if where is not None:
+            mask = _partition_mask(where, files)
+            if mask is None:
+                return None
+            files = files.filter(pc.fill_null(mask, False))
+        rows = files.column("num_records")
+        if rows.null_count:
+            return None
+        return pc.sum(rows).as_py() or 0
+
     def count(self, table: str, *, where: Predicate | None = None) -> int:
+        from_log = self.count_from_log(table, where=where)
+        if from_log is not None:
+            return from_log
         query = "SELECT count(*) AS n FROM t"
         if where is not None:
             query += f" WHERE {where.render('datafusion')}"
