@@ -126,7 +126,8 @@ def register_input(
         lakehouse.append(
             INPUT_VERSIONS, INPUT_VERSIONS_SCHEMA.empty_table(), metadata={"dagster_run_id": run_id}
         )
-    for attempt in range(1, REGISTER_ATTEMPTS + 1):
+    attempt = 1
+    while True:
         latest = latest_input(lakehouse, asset_key, partition_key)
         if latest is not None and latest.digest == digest and not force:
             return latest
@@ -158,7 +159,7 @@ def register_input(
         except StaleWriteError:
             if attempt == REGISTER_ATTEMPTS:
                 raise
-    raise AssertionError("unreachable")
+            attempt += 1
 
 
 @dataclass(frozen=True)
