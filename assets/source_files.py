@@ -203,3 +203,13 @@ def first_problems(source: str, rows: DataFrame, problem: Column) -> None:
             [Problem(r.source_file, r.source_line, r.problem) for r in bad[:MAX_REPORTED_PROBLEMS]],
             more=len(bad) > MAX_REPORTED_PROBLEMS,
         )
+
+
+OFFSET_SUFFIX = r"(Z|[+-]\d{2}(:?\d{2})?)$"
+"""How an ISO-8601 instant must end: with its offset from UTC."""
+
+
+def instant(text: Column) -> Column:
+    """An ISO-8601 text that states its offset, as the instant it names (a timestamp,
+    compared and stored in UTC); null when the text has no offset or names no instant."""
+    return F.when(text.rlike(OFFSET_SUFFIX), text.try_cast("timestamp"))

@@ -24,6 +24,7 @@ from assets.source_files import (
     empty_files,
     file_facts,
     first_problems,
+    instant,
     read_lines,
 )
 from resources.landing import FileStat, Fingerprint, LandingZone
@@ -39,7 +40,6 @@ _FIELDS = T.StructType(
 )
 _AMOUNT = r"^[+-]?\d{1,32}(\.\d{1,6})?$"
 _CURRENCY = r"^[A-Z]{3}$"
-_WITH_OFFSET = r"(Z|[+-]\d{2}(:?\d{2})?)$"
 
 
 def day_folder(day: dt.date) -> str:
@@ -106,7 +106,7 @@ def _problem(record: Column, amount: Column, created_at: Column) -> Column:
             ),
         )
         .when(
-            ~record["created_at"].rlike(_WITH_OFFSET) | created_at.isNull(),
+            created_at.isNull(),
             F.concat(
                 F.lit("created_at '"),
                 record["created_at"],
@@ -132,7 +132,7 @@ def parse_payments(
         read_lines(spark, landing, files)
         .withColumn("record", record)
         .withColumn("amount", F.expr(f"try_cast(record.amount AS {AMOUNT_TYPE.simpleString()})"))
-        .withColumn("created_at", F.expr("try_cast(record.created_at AS TIMESTAMP)"))
+        .withColumn("created_at", instant(F.col("record.created_at")))
         .withColumn("problem", _problem(F.col("record"), F.col("amount"), F.col("created_at")))
         .drop("text")
         .cache()

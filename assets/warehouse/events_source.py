@@ -1,0 +1,212 @@
+"""Event batches: `LANDING_ROOT/events/<batch_id>.jsonl` (the batch id is the file's stem),
+one event per line:
+
+- `event_id`: text, optional (missing or null: the event's key is derived, see below);
+- `event_timestamp`, `ingestion_time`: ISO-8601 with an offset from UTC;
+- `user_id`: text;
+- `payload`: a JSON object;
+- `op`: `upsert` (the default) or `delete`.
+
+Spark's executors read, parse and validate the lines; a rejected line is named by file,
+line and field, and nothing of the batch is staged. Each field has its JSON type: a
+number where text is due, or a payload that is not an object, is refused, never coerced.
+A line that names one field twice is refused as well.
+
+Canonical payload: the payload parsed as a Spark VARIANT and written back as JSON. That
+form is compact, orders every object's keys (at every depth) and writes each number in one
+way (`2.50` and `2.5` alike), so two spellings of one payload are one text.
+
+Event key, for an event without `event_id`: the SHA-256 (hex) of the JSON object
+`{"user_id": ..., "event_timestamp": ..., "payload": ...}` whose values are the user id,
+the event time in UTC as `YYYY-MM-DDTHH:MM:SS.ffffffZ` and the canonical payload, each as
+a JSON string. JSON escapes every quote and backslash inside a string, so no content can
+imitate the boundary between two fields.
+
+Version order (`content_digest`): among versions of one event, the larger
+`event_timestamp` wins, then the larger `ingestion_time`, then the larger content digest,
+the SHA-256 of the JSON object `{"op": ..., "payload": ...}` (canonical payload), so the
+order is total and the same wherever the versions meet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from assets.source_files import (
+    SourceDataError,
+    empty_files,
+    file_facts,
+    first_problems,
+    instant,
+    read_lines,
+)
+from resources.landing import FileStat, Fingerprint, LandingZone
+
+EVENTS_FOLDER = "events"
+OPS = ("upsert", "delete")
+TEXT_FIELDS = ("event_timestamp", "ingestion_time", "user_id")
+"""Required text fields; `event_id` and `op` are optional text, `payload` an object."""
+EVENT_COLUMNS = (
+    "event_id",
+    "user_id",
+    "event_timestamp",
+    "ingestion_time",
+    "payload",
+    "is_deleted",
+    "event_date",
+    "batch_id",
+    "key_derived",
+    "content_digest",
+)
+"""What a staged event holds (plus `source_file` and `source_line`)."""
+UTC_MICROS = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
+
+
+def batch_file(batch_id: str) -> str:
+    return f"{EVENTS_FOLDER}/{batch_id}.jsonl"
+
+
+@dataclass(frozen=True)
+class ParsedBatch:
+    """Every valid line of a batch as a typed event (copies included) with `source_file`
+    and `source_line`, plus the file's fingerprint."""
+
+    frame: DataFrame
+    sources: list[Fingerprint]
+    lines_read: int
+
+
+def _json_type(record: Column, field: str) -> Column:
+    """The JSON type of a top-level field of a VARIANT object (`VOID` for null, null when
+    the field is absent)."""
+    return F.schema_of_variant(F.try_variant_get(record, f"$.{field}", "variant"))
+
+
+def _text(record: Column, field: str) -> Column:
+    return F.try_variant_get(record, f"$.{field}", "string")
+
+
+def _problem(record: Column, payload: Column) -> Column:
+    check = (
+        F.when(F.col("read_problem").isNotNull(), F.col("read_problem"))
+        .when(F.col("text").isNull(), F.lit("file holds no event"))
+        .when(record.isNull(), F.lit("malformed JSON (or a field given twice)"))
+        .when(~F.schema_of_variant(record).startswith("OBJECT"), F.lit("line is not a JSON object"))
+    )
+    for field in TEXT_FIELDS:
+        kind = _json_type(record, field)
+        check = check.when(
+            kind.isNull() | (kind == "VOID") | (F.trim(_text(record, field)) == ""),
+            F.lit(f"missing required field '{field}'"),
+        ).when(
+            kind != "STRING",
+            F.concat(F.lit(f"field '{field}' is "), kind, F.lit(", not text")),
+        )
+    for field in ("event_id", "op"):
+        kind = _json_type(record, field)
+        check = check.when(
+            kind.isNotNull() & (kind != "VOID") & (kind != "STRING"),
+            F.concat(F.lit(f"field '{field}' is "), kind, F.lit(", not text")),
+        )
+    check = check.when(
+        (F.trim(_text(record, "event_id")) == ""), F.lit("field 'event_id' is empty")
+    )
+    for field in ("event_timestamp", "ingestion_time"):
+        check = check.when(
+            instant(_text(record, field)).isNull(),
+            F.concat(
+                F.lit(f"{field} '"), _text(record, field), F.lit("' is not ISO-8601 with an offset")
+            ),
+        )
+    kind = F.schema_of_variant(payload)
+    return (
+        check.when(payload.isNull() | (kind == "VOID"), F.lit("missing required field 'payload'"))
+        .when(
+            ~kind.startswith("OBJECT"),
+            F.concat(F.lit("field 'payload' is "), kind, F.lit(", not a JSON object")),
+        )
+        .when(
+            ~F.coalesce(_text(record, "op"), F.lit("upsert")).isin(*OPS),
+            F.concat(
+                F.lit("op '"), _text(record, "op"), F.lit(f"' is not one of {', '.join(OPS)}")
+            ),
+        )
+    )
+
+
+def event_key(user_id: Column, event_timestamp: Column, payload: Column) -> Column:
+    """SHA-256 hex of the event's identifying columns (see the module's encoding)."""
+    identity = F.to_json(
+        F.struct(
+            user_id.alias("user_id"),
+            F.date_format(event_timestamp, UTC_MICROS).alias("event_timestamp"),
+            payload.alias("payload"),
+        )
+    )
+    return F.sha2(identity, 256)
+
+
+def content_digest(op: Column, payload: Column) -> Column:
+    return F.sha2(F.to_json(F.struct(op.alias("op"), payload.alias("payload"))), 256)
+
+
+def parse_batch(
+    spark: SparkSession, landing: LandingZone, batch_id: str, files: Sequence[FileStat]
+) -> ParsedBatch:
+    """Parse and validate a batch file; raises SourceDataError naming every bad line it
+    found (up to a limit). The frame is checkpointed: later jobs never read the file
+    again. Times are compared in UTC whatever the session's zone: `UTC_MICROS` formats in
+    the session zone, so the session must run in UTC (ours do)."""
+    problems = empty_files(files)
+    if problems:
+        raise SourceDataError("events", problems)
+    record = F.expr("try_parse_json(text)")
+    parsed = (
+        read_lines(spark, landing, files)
+        .withColumn("record", record)
+        .withColumn("payload_v", F.try_variant_get(F.col("record"), "$.payload", "variant"))
+        .withColumn("problem", _problem(F.col("record"), F.col("payload_v")))
+        .cache()
+    )
+    try:
+        first_problems("events", parsed, F.col("problem"))
+        facts = file_facts(parsed, files)
+        rec = F.col("record")
+        events = (
+            parsed.where(F.col("source_line").isNotNull())
+            .select(
+                _text(rec, "event_id").alias("given_id"),
+                _text(rec, "user_id").alias("user_id"),
+                instant(_text(rec, "event_timestamp")).alias("event_timestamp"),
+                instant(_text(rec, "ingestion_time")).alias("ingestion_time"),
+                F.to_json(F.col("payload_v")).alias("payload"),
+                F.coalesce(_text(rec, "op"), F.lit("upsert")).alias("op"),
+                "source_file",
+                "source_line",
+            )
+            .select(
+                F.coalesce(
+                    "given_id",
+                    event_key(F.col("user_id"), F.col("event_timestamp"), F.col("payload")),
+                ).alias("event_id"),
+                "user_id",
+                "event_timestamp",
+                "ingestion_time",
+                "payload",
+                (F.col("op") == "delete").alias("is_deleted"),
+                F.to_date("event_timestamp").alias("event_date"),
+                F.lit(batch_id).alias("batch_id"),
+                F.col("given_id").isNull().alias("key_derived"),
+                content_digest(F.col("op"), F.col("payload")).alias("content_digest"),
+                "source_file",
+                "source_line",
+            )
+            .localCheckpoint()
+        )
+    finally:
+        parsed.unpersist()
+    return ParsedBatch(events, facts.fingerprints, facts.lines)

@@ -1,0 +1,220 @@
+"""Staging -> dedup -> MERGE into `user_events`, on both engines: one order decides every
+version, tombstones never let an older upsert back, and any order of batches, replayed
+any number of times, gives one table."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from assets.source_files import SourceDataError
+from assets.warehouse.events_source import batch_file, parse_batch
+from assets.warehouse.staging_merge import USER_EVENTS, deduplicate, merge_batch
+from resources.lakehouse.delta_rs import DeltaRsEngine
+
+T0 = "2024-05-01T10:00:00+00:00"
+T1 = "2024-05-01T11:00:00+00:00"
+T2 = "2024-05-02T09:00:00+00:00"
+SEEN1 = "2024-05-03T00:00:00+00:00"
+SEEN2 = "2024-05-04T00:00:00+00:00"
+
+
+def event(payload: dict | None = None, *, ts: str = T0, seen: str = SEEN1, **fields) -> dict:
+    return {
+        "event_timestamp": ts,
+        "ingestion_time": seen,
+        "user_id": fields.pop("user_id", "u1"),
+        "payload": {"page": "/home"} if payload is None else payload,
+        **fields,
+    }
+
+
+@pytest.fixture
+def write_batch(landing):
+    def write(batch_id: str, rows: list[dict] | str) -> str:
+        path = Path(landing.root) / batch_file(batch_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = rows if isinstance(rows, str) else "".join(json.dumps(r) + "\n" for r in rows)
+        path.write_text(text)
+        return batch_id
+
+    return write
+
+
+@pytest.fixture
+def stage(spark, landing):
+    def parse(batch_id: str):
+        files = [landing.stat(batch_file(batch_id))]
+        return parse_batch(spark.session(), landing, batch_id, files)
+
+    return parse
+
+
+@pytest.fixture
+def apply(lakehouse, stage):
+    def run(batch_id: str):
+        staged = deduplicate(stage(batch_id).frame)
+        return merge_batch(lakehouse, staged, window_days=1, metadata={"batch_id": batch_id})
+
+    return run
+
+
+def table(lakehouse) -> list[tuple]:
+    rows = lakehouse.read_arrow(USER_EVENTS).to_pylist()
+    return sorted(
+        (r["event_id"], r["payload"], r["is_deleted"], r["ingestion_time"].isoformat())
+        for r in rows
+    )
+
+
+def test_a_derived_key_is_the_documented_hash_and_ignores_spelling(write_batch, stage):
+    """Keys without `event_id` hash user, UTC event time and canonical payload: one instant
+    with two offsets, keys in another order and `2.50` for `2.5` are one event."""
+    write_batch(
+        "b1",
+        [
+            event({"b": 2.50, "a": {"y": 1, "x": [1, "z"]}}),
+            event({"a": {"x": [1, "z"], "y": 1}, "b": 2.5}, ts="2024-05-01T12:00:00+02:00"),
+            event({"a": 1}, event_id="given-1"),
+        ],
+    )
+    rows = sorted(stage("b1").frame.collect(), key=lambda r: r.source_line)
+    canonical = '{"a":{"x":[1,"z"],"y":1},"b":2.5}'
+    identity = json.dumps(
+        {"user_id": "u1", "event_timestamp": "2024-05-01T10:00:00.000000Z", "payload": canonical},
+        separators=(",", ":"),
+    )
+    expected = hashlib.sha256(identity.encode()).hexdigest()
+    assert [r.event_id for r in rows] == [expected, expected, "given-1"]
+    assert [r.payload for r in rows[:2]] == [canonical, canonical]
+    assert [r.key_derived for r in rows] == [True, True, False]
+    assert str(rows[0].event_date) == "2024-05-01"
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("{oops", "malformed JSON (or a field given twice)"),
+        ('{"user_id": "u1", "user_id": "u2"}', "malformed JSON (or a field given twice)"),
+        ("[1, 2]", "line is not a JSON object"),
+        (json.dumps({**event(), "user_id": 7}), "field 'user_id' is BIGINT, not text"),
+        (json.dumps({**event(), "event_id": 7}), "field 'event_id' is BIGINT, not text"),
+        (json.dumps({**event(), "event_id": " "}), "field 'event_id' is empty"),
+        (
+            json.dumps(event(ts="2024-05-01T10:00:00")),
+            "event_timestamp '2024-05-01T10:00:00' is not ISO-8601 with an offset",
+        ),
+        (json.dumps({**event(), "payload": "{}"}), "field 'payload' is STRING, not a JSON object"),
+        (
+            json.dumps({k: v for k, v in event().items() if k != "payload"}),
+            "missing required field 'payload'",
+        ),
+        (
+            json.dumps({k: v for k, v in event().items() if k != "ingestion_time"}),
+            "missing required field 'ingestion_time'",
+        ),
+        (json.dumps(event(op="remove")), "op 'remove' is not one of upsert, delete"),
+    ],
+)
+def test_a_bad_line_is_named_by_file_line_and_field(write_batch, stage, line, reason):
+    write_batch("bad", json.dumps(event()) + "\n" + line + "\n")
+    with pytest.raises(SourceDataError) as error:
+        stage("bad")
+    assert f"events/bad.jsonl:2: {reason}" in str(error.value)
+
+
+def test_the_newest_version_wins_inside_a_batch_and_across_batches(lakehouse, write_batch, apply):
+    write_batch("b1", [event({"v": 1}, event_id="e1"), event({"v": 2}, event_id="e1", ts=T1)])
+    merged = apply("b1")
+    assert merged.result.metrics["rows_inserted"] == 1
+    assert table(lakehouse) == [("e1", '{"v":2}', False, "2024-05-03T00:00:00+00:00")]
+    # An older version arriving later changes nothing; a later ingestion of the same
+    # event time wins.
+    write_batch("b2", [event({"v": 0}, event_id="e1", seen=SEEN2)])
+    apply("b2")
+    assert table(lakehouse) == [("e1", '{"v":2}', False, "2024-05-03T00:00:00+00:00")]
+    write_batch("b3", [event({"v": 3}, event_id="e1", ts=T1, seen=SEEN2)])
+    apply("b3")
+    assert table(lakehouse) == [("e1", '{"v":3}', False, "2024-05-04T00:00:00+00:00")]
+
+
+def test_a_tombstone_keeps_older_upserts_out_and_lets_newer_ones_in(lakehouse, write_batch, apply):
+    write_batch("delete", [event({}, event_id="e1", ts=T1, op="delete")])
+    apply("delete")  # a tombstone for a key never seen before is stored too
+    assert table(lakehouse) == [("e1", "{}", True, "2024-05-03T00:00:00+00:00")]
+    write_batch("older", [event({"v": 1}, event_id="e1", ts=T0, seen=SEEN2)])
+    apply("older")
+    assert [r[2] for r in table(lakehouse)] == [True]
+    write_batch("newer", [event({"v": 2}, event_id="e1", ts=T2)])
+    apply("newer")
+    assert table(lakehouse) == [("e1", '{"v":2}', False, "2024-05-03T00:00:00+00:00")]
+
+
+BATCHES = {
+    "a": [
+        event({"v": 1}, event_id="e1"),
+        event({"n": 1}),
+        event({"v": 1}, event_id="e2", ts=T2),
+    ],
+    "b": [
+        event({"v": 2}, event_id="e1", ts=T1),
+        event({}, event_id="e2", ts=T2, seen=SEEN2, op="delete"),
+        event({"n": 1}),
+    ],
+    "c": [
+        event({"v": 9}, event_id="e1", ts=T1),  # same time and ingestion: content decides
+        event({"v": 3}, event_id="e2", ts=T0),
+        event({"n": 2}, user_id="u2"),
+    ],
+}
+
+
+@pytest.mark.parametrize("order", ["abc", "cba", "bca", "abcabc", "ccbbaa"])
+def test_any_order_of_batches_replayed_any_number_of_times_gives_one_table(
+    lakehouse, write_batch, apply, order
+):
+    for name, rows in BATCHES.items():
+        write_batch(name, rows)
+    for name in order:
+        apply(name)
+    expected = {
+        # e1: T1 beats T0; between the two T1 versions (same ingestion) the larger
+        # content digest wins.
+        "e1": max(
+            ('{"v":2}', hashlib.sha256(b'{"op":"upsert","payload":"{\\"v\\":2}"}').hexdigest()),
+            ('{"v":9}', hashlib.sha256(b'{"op":"upsert","payload":"{\\"v\\":9}"}').hexdigest()),
+            key=lambda p: p[1],
+        )[0],
+        "e2": "{}",  # the tombstone at T2, ingested later, beats the upsert at T2
+    }
+    rows = {r[0]: r for r in table(lakehouse)}
+    assert rows["e1"][1] == expected["e1"]
+    assert rows["e2"][1:3] == ("{}", True)
+    assert len(rows) == 4  # e1, e2 and two derived keys ({"n":1} of u1 once, {"n":2} of u2)
+    assert lakehouse.count(USER_EVENTS) == 4
+
+
+FAR = "2024-05-09T09:00:00+00:00"
+
+
+def test_the_merge_is_pinned_to_the_batchs_days(lakehouse, write_batch, apply):
+    """A batch leaves the files of days beyond its window (one day each side) as they are."""
+    write_batch("day1", [event({"v": i}, event_id=f"d1-{i}") for i in range(3)])
+    write_batch("day9", [event({"v": i}, event_id=f"d9-{i}", ts=FAR) for i in range(3)])
+    apply("day1")
+    apply("day9")
+    log, uri = DeltaRsEngine(), lakehouse.uri(USER_EVENTS)
+    before = set(log.file_uris(uri, lakehouse.version(USER_EVENTS)))
+    write_batch("day9-again", [event({"v": 9}, event_id="d9-0", ts=FAR, seen=SEEN2)])
+    merged = apply("day9-again")
+    assert (merged.first_day.isoformat(), merged.last_day.isoformat()) == (
+        "2024-05-08",
+        "2024-05-10",
+    )
+    after = set(log.file_uris(uri, lakehouse.version(USER_EVENTS)))
+    replaced = before - after
+    assert replaced and all("event_date=2024-05-09" in u for u in replaced)
+    assert all("event_date=2024-05-01" not in u for u in after - before)
