@@ -16,7 +16,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets import database, immutable, maintenance, overwriting, telemetry, updates
+from assets import database, immutable, maintenance, overwriting, telemetry, updates, warehouse
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.object_store import is_object_store, storage_from_environment
 from sensors import sensors
@@ -57,6 +57,7 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
         "telemetry": telemetry.TelemetrySettings(),
         "payments_settings": database.PaymentsSettings(),
         "session_settings": database.SessionSettings(),
+        "event_settings": warehouse.EventSettings(),
     }
 
 
@@ -68,8 +69,15 @@ def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
             *database.assets,
             *immutable.assets,
             *telemetry.assets,
+            *warehouse.assets,
         ],
-        jobs=[*overwriting.jobs, *maintenance.jobs, *immutable.jobs, *telemetry.jobs],
+        jobs=[
+            *overwriting.jobs,
+            *maintenance.jobs,
+            *immutable.jobs,
+            *telemetry.jobs,
+            *warehouse.jobs,
+        ],
         sensors=sensors,
         schedules=telemetry.schedules,
         resources=build_resources(env),

@@ -45,6 +45,8 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "telemetry_raw",
         "telemetry_running_totals",
         "telemetry_hourly",
+        "user_events_staging",
+        "user_events",
     }
     raw = graph.get(dg.AssetKey("telemetry_raw"))
     assert isinstance(raw.partitions_def, dg.DynamicPartitionsDefinition)
@@ -67,7 +69,14 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "no_failed_files",
         "no_quarantined_files",
         "no_idempotency_conflicts",
+        "staged_keys_unique_and_non_null",
+        "staged_event_times_within_bounds",
+        "staged_row_count_matches_batch",
     }
+    audits = [
+        s for s in graph.asset_check_keys if s.asset_key == dg.AssetKey("user_events_staging")
+    ]
+    assert all(graph.get_check_spec(key).blocking for key in audits) and len(audits) == 3
     jobs = {job.name for job in defs.resolve_all_job_defs()}
     assert {
         "visits_daily_job",
@@ -81,8 +90,13 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "blacklist_telemetry_file",
         "reingest_telemetry_file",
         "release_quarantined_file",
+        "event_batch",
     } <= jobs
-    assert [s.name for s in defs.sensors] == ["visits_late_files", "telemetry_files"]
+    assert [s.name for s in defs.sensors] == [
+        "visits_late_files",
+        "telemetry_files",
+        "event_batch_files",
+    ]
     assert [s.name for s in defs.schedules] == ["compact_telemetry_tables"]
     resources = defs.resources
     assert resources["lakehouse"].root == str(tmp_path / "l")

@@ -1,0 +1,223 @@
+"""Write-audit-publish of event batches into `user_events`.
+
+Write: `user_events_staging` parses a batch (`events_source`), deduplicates it by the
+version order and writes it to the staging table (partitioned by batch, the batch's
+partition replaced in one commit). Audit: blocking asset checks read what was staged:
+keys non-null and unique, event times within bounds, the staged row count equal to the
+batch's. Publish: `user_events` MERGEs the staged batch into the table in one commit
+(`staging_merge`); it runs only when every audit passed, since a failed blocking check
+stops the run before it. A batch that fails an audit stays staged for inspection (its
+location is in the staging materialization's metadata).
+"""
+
+import datetime as dt
+from dataclasses import dataclass
+
+import dagster as dg
+from pyspark.sql import functions as F
+
+from assets.materialization import commit_metadata, materialization_metadata
+from assets.warehouse.events_source import batch_file, parse_batch
+from assets.warehouse.staging_merge import TABLE_COLUMNS, deduplicate, merge_batch
+from resources import Lakehouse, LandingZone, SparkResource
+from resources.lakehouse.predicates import eq
+
+STAGING = "user_events_staging"
+EARLIEST_EVENT = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+event_batches = dg.DynamicPartitionsDefinition(name="event_batches")
+
+KEYS_CHECK = "staged_keys_unique_and_non_null"
+TIMES_CHECK = "staged_event_times_within_bounds"
+COUNT_CHECK = "staged_row_count_matches_batch"
+
+
+class EventSettings(dg.ConfigurableResource):
+    """How event batches are audited and merged (resource `event_settings`)."""
+
+    max_future_skew_hours: float = 24
+    """An event time more than this many hours after the audit fails the batch."""
+    version_window_days: int = 1
+    """Versions of one `event_id` are matched within the batch's event days widened by
+    this many days on each side (see `staging_merge`)."""
+
+
+def _staged(lakehouse: Lakehouse, batch_id: str):
+    return lakehouse.read(STAGING, where=eq("batch_id", batch_id))
+
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _micros(instant: dt.datetime) -> int:
+    return (instant - EPOCH) // dt.timedelta(microseconds=1)
+
+
+def _shown(micros: int | None) -> str:
+    return "-" if micros is None else (EPOCH + dt.timedelta(microseconds=micros)).isoformat()
+
+
+@dataclass(frozen=True)
+class Audit:
+    """What the audits read of a staged batch (event times in epoch microseconds)."""
+
+    batch_id: str
+    rows: int
+    null_keys: int
+    duplicated_keys: int
+    earliest: int | None
+    latest: int | None
+    max_future: dt.datetime
+
+    @property
+    def keys_pass(self) -> bool:
+        return self.null_keys == 0 and self.duplicated_keys == 0
+
+    @property
+    def times_pass(self) -> bool:
+        return (self.earliest is None or self.earliest >= _micros(EARLIEST_EVENT)) and (
+            self.latest is None or self.latest <= _micros(self.max_future)
+        )
+
+    def results(self, *, batch_rows: int) -> list[dg.AssetCheckResult]:
+        return [
+            dg.AssetCheckResult(
+                check_name=KEYS_CHECK,
+                passed=self.keys_pass,
+                metadata={"null_keys": self.null_keys, "duplicated_keys": self.duplicated_keys},
+            ),
+            dg.AssetCheckResult(
+                check_name=TIMES_CHECK,
+                passed=self.times_pass,
+                metadata={
+                    "earliest_event": _shown(self.earliest),
+                    "latest_event": _shown(self.latest),
+                    "allowed": f"{EARLIEST_EVENT.isoformat()} .. {self.max_future.isoformat()}",
+                },
+            ),
+            dg.AssetCheckResult(
+                check_name=COUNT_CHECK,
+                passed=self.rows == batch_rows,
+                metadata={"staged_rows": self.rows, "batch_rows": batch_rows},
+            ),
+        ]
+
+
+def audit(lakehouse: Lakehouse, batch_id: str, settings: EventSettings) -> Audit:
+    """Read the staged batch back and measure what the audits judge, in one Spark job."""
+    rows, null_keys, distinct_keys, earliest, latest = (
+        _staged(lakehouse, batch_id)
+        .agg(
+            F.count("*"),
+            F.count_if(F.col("event_id").isNull()),
+            F.count_distinct("event_id"),
+            F.min(F.unix_micros("event_timestamp")),
+            F.max(F.unix_micros("event_timestamp")),
+        )
+        .first()
+    )
+    max_future = dt.datetime.now(dt.UTC) + dt.timedelta(hours=settings.max_future_skew_hours)
+    return Audit(
+        batch_id, rows, null_keys, rows - null_keys - distinct_keys, earliest, latest, max_future
+    )
+
+
+@dg.asset(
+    partitions_def=event_batches,
+    group_name="warehouse",
+    kinds={"spark", "delta"},
+    check_specs=[
+        dg.AssetCheckSpec(name, asset="user_events_staging", blocking=True, description=text)
+        for name, text in (
+            (KEYS_CHECK, "Audit: every staged event has a key, and no key twice."),
+            (
+                TIMES_CHECK,
+                "Audit: event times from 2000-01-01 to the audit's time plus the allowed skew.",
+            ),
+            (COUNT_CHECK, "Audit: the staging table holds exactly the batch's deduplicated rows."),
+        )
+    ],
+)
+def user_events_staging(
+    context: dg.AssetExecutionContext,
+    spark: SparkResource,
+    lakehouse: Lakehouse,
+    landing: LandingZone,
+    event_settings: EventSettings,
+):
+    """Write-audit-publish, step 1 and 2: the batch `events/<batch_id>.jsonl` parsed,
+    deduplicated (newest version of each event) and staged in `user_events_staging`, then
+    audited by blocking checks; `user_events` publishes it only if every audit passes."""
+    batch_id = context.partition_key
+    stat = landing.stat(batch_file(batch_id))
+    if stat is None:
+        raise dg.Failure(f"batch {batch_id}: {batch_file(batch_id)} is not in the landing zone")
+    parsed = parse_batch(spark.session(), landing, batch_id, [stat])
+    staged = deduplicate(parsed.frame).select(*TABLE_COLUMNS).localCheckpoint()
+    rows = staged.count()
+    where = eq("batch_id", batch_id)
+    result = lakehouse.overwrite(
+        STAGING,
+        staged,
+        where=where,
+        partition_by=["batch_id"],
+        metadata=commit_metadata(context, partition_key=batch_id, sources=parsed.sources),
+    )
+    yield dg.MaterializeResult(
+        metadata=materialization_metadata(
+            lakehouse,
+            result,
+            partition_key=batch_id,
+            sources=parsed.sources,
+            extra={
+                "staged_rows": dg.MetadataValue.int(rows),
+                "lines_read": dg.MetadataValue.int(parsed.lines_read),
+                "versions_dropped": dg.MetadataValue.int(parsed.lines_read - rows),
+                "staged_at": dg.MetadataValue.path(lakehouse.uri(STAGING)),
+                "staged_where": where.render(lakehouse.dialect),
+            },
+        )
+    )
+    yield from audit(lakehouse, batch_id, event_settings).results(batch_rows=rows)
+
+
+@dg.asset(
+    partitions_def=event_batches,
+    deps=[user_events_staging],
+    group_name="warehouse",
+    kinds={"spark", "delta"},
+)
+def user_events(
+    context: dg.AssetExecutionContext, lakehouse: Lakehouse, event_settings: EventSettings
+) -> dg.MaterializeResult:
+    """Write-audit-publish, step 3: the audited batch MERGEd into `user_events` in one
+    commit, newest version of each event winning (deletes are tombstones), pinned to the
+    batch's event days widened by `version_window_days`."""
+    batch_id = context.partition_key
+    if not lakehouse.exists(STAGING) or not lakehouse.count(
+        STAGING, where=eq("batch_id", batch_id)
+    ):
+        raise dg.Failure(f"batch {batch_id} is not staged: materialize user_events_staging first")
+    # The blocking checks stop a run whose audits fail before this step; a run of this
+    # asset alone audits again, so an unaudited batch is never published.
+    checked = audit(lakehouse, batch_id, event_settings)
+    if not (checked.keys_pass and checked.times_pass):
+        raise dg.Failure(
+            f"batch {batch_id} fails its audits (keys: {checked.null_keys} null, "
+            f"{checked.duplicated_keys} duplicated; event times {_shown(checked.earliest)} .. "
+            f"{_shown(checked.latest)}): fix the batch file and stage it again"
+        )
+    merged = merge_batch(
+        lakehouse,
+        _staged(lakehouse, batch_id),
+        window_days=event_settings.version_window_days,
+        metadata=commit_metadata(context, partition_key=batch_id),
+    )
+    assert merged is not None, "a staged batch holds events"
+    return dg.MaterializeResult(
+        metadata=materialization_metadata(
+            lakehouse,
+            merged.result,
+            partition_key=batch_id,
+            extra={"merged_days": f"{merged.first_day} .. {merged.last_day}"},
+        )
+    )

@@ -1,0 +1,54 @@
+"""Event batches: registers each landed `events/<batch_id>.jsonl` as a partition of
+`event_batches` and requests its `event_batch` run. Run keys are the batch's content
+digest, so a re-notified unchanged batch launches nothing and a changed one runs again.
+Only files whose size or mtime moved are hashed (the cursor keeps fingerprints)."""
+
+import dagster as dg
+
+from assets.warehouse import event_batch_job, event_batches
+from assets.warehouse.events_source import EVENTS_FOLDER
+from resources import LandingZone
+from sensors.fingerprints import dump_fingerprints, load_fingerprints
+
+SUFFIX = ".jsonl"
+
+
+def batch_id_of(path: str) -> str | None:
+    """`events/<batch_id>.jsonl` -> batch id; None for files in sub-folders (not batches)."""
+    name = path.removeprefix(f"{EVENTS_FOLDER}/")
+    if "/" in name or not name.endswith(SUFFIX) or name == SUFFIX:
+        return None
+    return name.removesuffix(SUFFIX)
+
+
+@dg.sensor(
+    job=event_batch_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING
+)
+def event_batch_files(context: dg.SensorEvaluationContext, landing: LandingZone) -> dg.SensorResult:
+    """Requests an `event_batch` run for every new or changed batch file."""
+    previous, _ = load_fingerprints(context.cursor)
+    current, requests, skipped = {}, [], []
+    for stat in landing.list(EVENTS_FOLDER, suffix=SUFFIX):
+        batch_id = batch_id_of(stat.path)
+        if batch_id is None:
+            skipped.append(stat.path)
+            continue
+        fingerprint = landing.fingerprint(stat, previous)
+        current[stat.path] = fingerprint
+        known = previous.get(stat.path)
+        if known is None or known.sha256 != fingerprint.sha256:
+            requests.append(
+                dg.RunRequest(run_key=f"{batch_id}:{fingerprint.sha256}", partition_key=batch_id)
+            )
+    if skipped:
+        context.log.warning(
+            f"not event batches (the layout is {EVENTS_FOLDER}/<batch_id>{SUFFIX}): "
+            + ", ".join(skipped[:20])
+        )
+    registered = set(context.instance.get_dynamic_partitions(event_batches.name))
+    new = sorted({r.partition_key for r in requests} - registered)
+    return dg.SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=[event_batches.build_add_request(new)] if new else [],
+        cursor=dump_fingerprints(current),
+    )

@@ -1,0 +1,162 @@
+"""Write-audit-publish on both engines: a batch reaches `user_events` only when every
+audit passes; a failed audit leaves `user_events` at its version and the staged batch
+readable; the event sensor launches each batch once per content."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets.warehouse import EventSettings, event_batches, user_events, user_events_staging
+from assets.warehouse.events_source import batch_file
+from assets.warehouse.staging_merge import USER_EVENTS
+from assets.warehouse.user_events import (
+    COUNT_CHECK,
+    KEYS_CHECK,
+    STAGING,
+    TIMES_CHECK,
+    audit,
+)
+from resources.lakehouse.predicates import eq
+from sensors.event_batches import event_batch_files
+
+T0 = "2024-05-01T10:00:00+00:00"
+
+
+def event(event_id: str, ts: str = T0, **payload) -> dict:
+    return {
+        "event_id": event_id,
+        "event_timestamp": ts,
+        "ingestion_time": "2024-05-02T00:00:00+00:00",
+        "user_id": "u1",
+        "payload": payload or {"page": "/"},
+    }
+
+
+@pytest.fixture
+def write_batch(landing):
+    def write(batch_id: str, rows: list[dict]) -> Path:
+        path = Path(landing.root) / batch_file(batch_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def run_batch(resources, instance):
+    resources = {**resources, "event_settings": EventSettings()}
+
+    def run(batch_id: str, assets=(user_events_staging, user_events)) -> dg.ExecuteInProcessResult:
+        instance.add_dynamic_partitions(event_batches.name, [batch_id])
+        return dg.materialize(
+            list(assets),
+            partition_key=batch_id,
+            resources=resources,
+            instance=instance,
+            raise_on_error=False,
+        )
+
+    return run
+
+
+def checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
+    return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+
+
+def test_a_clean_batch_is_staged_audited_and_published(lakehouse, write_batch, run_batch):
+    write_batch("b1", [event("e1"), event("e2"), event("e1", ts="2024-05-01T11:00:00+00:00")])
+    result = run_batch("b1")
+    assert result.success
+    assert checks(result) == {KEYS_CHECK: True, TIMES_CHECK: True, COUNT_CHECK: True}
+    staged = result.asset_materializations_for_node("user_events_staging")[0].metadata
+    assert (staged["staged_rows"].value, staged["versions_dropped"].value) == (2, 1)
+    assert staged["staged_where"].value.startswith("batch_id = 'b1'")
+    assert lakehouse.count(USER_EVENTS) == 2
+    published = result.asset_materializations_for_node("user_events")[0].metadata
+    assert published["delta_version"].value == lakehouse.version(USER_EVENTS)
+
+
+@pytest.mark.parametrize(
+    "bad_time",
+    [
+        "1999-12-31T23:59:59+00:00",
+        (dt.datetime.now(dt.UTC) + dt.timedelta(days=2)).isoformat(),
+    ],
+    ids=["before-2000", "in-the-future"],
+)
+def test_an_event_time_out_of_bounds_fails_the_run_and_publishes_nothing(
+    lakehouse, write_batch, run_batch, bad_time
+):
+    write_batch("good", [event("e0")])
+    assert run_batch("good").success
+    version = lakehouse.version(USER_EVENTS)
+    write_batch("bad", [event("e1"), event("e2", ts=bad_time)])
+    result = run_batch("bad")
+    assert not result.success
+    assert checks(result)[TIMES_CHECK] is False
+    assert not result.asset_materializations_for_node("user_events")
+    assert lakehouse.version(USER_EVENTS) == version
+    assert lakehouse.count(USER_EVENTS) == 1
+    # The staged batch stays readable for inspection, where the metadata says.
+    assert lakehouse.count(STAGING, where=eq("batch_id", "bad")) == 2
+
+
+def test_publishing_alone_audits_again_and_refuses_a_damaged_stage(
+    lakehouse, write_batch, run_batch
+):
+    """A staged batch altered after its audit (here: a key stored twice) is never
+    published by a run of `user_events` alone, and the count audit sees the change."""
+    write_batch("b1", [event("e1"), event("e2")])
+    assert run_batch("b1", assets=[user_events_staging]).success
+    stage = lakehouse.read_arrow(STAGING, where=eq("batch_id", "b1"))
+    lakehouse.append(STAGING, stage.slice(0, 1), metadata={"test": "damage"})
+    audited = audit(lakehouse, "b1", EventSettings())
+    assert (audited.duplicated_keys, audited.keys_pass) == (1, False)
+    counted = {r.check_name: r.passed for r in audited.results(batch_rows=2)}
+    assert counted == {KEYS_CHECK: False, TIMES_CHECK: True, COUNT_CHECK: False}
+    result = run_batch("b1", assets=[user_events])
+    assert not result.success
+    failures = [str(e.event_specific_data.error) for e in result.all_events if e.is_step_failure]
+    assert any("batch b1 fails its audits (keys: 0 null, 1 duplicated" in f for f in failures)
+    assert not lakehouse.exists(USER_EVENTS)
+
+
+def test_replaying_a_batch_leaves_the_table_as_it_was(lakehouse, write_batch, run_batch):
+    write_batch("b1", [event("e1"), event("e2", ts="2024-05-03T10:00:00+00:00")])
+    assert run_batch("b1").success
+    before = sorted(map(str, lakehouse.read_arrow(USER_EVENTS).to_pylist()))
+    assert run_batch("b1").success
+    assert sorted(map(str, lakehouse.read_arrow(USER_EVENTS).to_pylist())) == before
+
+
+def test_the_sensor_registers_batches_and_launches_each_content_once(
+    landing, lakehouse, instance, write_batch
+):
+    write_batch("b1", [event("e1")])
+    write_batch("b2", [event("e2")])
+    (Path(landing.root) / "events" / "nested").mkdir()
+    (Path(landing.root) / "events" / "nested" / "x.jsonl").write_text("{}\n")
+
+    def tick(cursor: str | None) -> dg.SensorResult:
+        context = dg.build_sensor_context(
+            instance=instance, cursor=cursor, resources={"landing": landing}
+        )
+        return event_batch_files(context)
+
+    first = tick(None)
+    assert sorted(r.partition_key for r in first.run_requests) == ["b1", "b2"]
+    assert first.dynamic_partitions_requests[0].partition_keys == ["b1", "b2"]
+    instance.add_dynamic_partitions(event_batches.name, ["b1", "b2"])
+    # Re-notified, unchanged: nothing. Changed: that batch again, under a new run key.
+    assert tick(first.cursor).run_requests == []
+    write_batch("b1", [event("e1"), event("e3")])
+    again = tick(first.cursor)
+    assert [r.partition_key for r in again.run_requests] == ["b1"]
+    assert again.run_requests[0].run_key != first.run_requests[0].run_key
+    assert again.dynamic_partitions_requests == []
