@@ -77,6 +77,10 @@ class MergedBatch:
     result: CommitResult
     first_day: dt.date
     last_day: dt.date
+    files_in_window: int
+    """Files of the pinned days: all the MERGE may read."""
+    files_skipped: int
+    """Files of other days, which the MERGE never opens."""
 
 
 def merge_batch(
@@ -99,6 +103,9 @@ def merge_batch(
         lakehouse.append(
             USER_EVENTS, TABLE_SCHEMA.empty_table(), partition_by=["event_date"], metadata=metadata
         )
+    days = between("event_date", first_day, last_day)
+    # `event_date` partitions the table, so the log always answers.
+    in_window, total = lakehouse.partition_files(USER_EVENTS, where=days) or (0, 0)
     pinned = between("t.event_date", first_day, last_day).render(lakehouse.dialect)
     every_column = {c: f"s.{c}" for c in TABLE_COLUMNS}
     result = lakehouse.merge(
@@ -112,4 +119,4 @@ def merge_batch(
         metadata=metadata,
         app_transaction=app_transaction,
     )
-    return MergedBatch(result, first_day, last_day)
+    return MergedBatch(result, first_day, last_day, in_window, total - in_window)

@@ -218,6 +218,10 @@ def user_events(
             lakehouse,
             merged.result,
             partition_key=batch_id,
-            extra={"merged_days": f"{merged.first_day} .. {merged.last_day}"},
+            extra={
+                "merged_days": f"{merged.first_day} .. {merged.last_day}",
+                "files_scanned": dg.MetadataValue.int(merged.files_in_window),
+                "files_skipped": dg.MetadataValue.int(merged.files_skipped),
+            },
         )
     )

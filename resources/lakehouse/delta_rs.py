@@ -98,7 +98,9 @@ def _partition_mask(predicate: Predicate, partitions: pa.Table) -> pa.ChunkedArr
         if any(mask is None for mask in masks):
             return None
         combine = pc.and_kleene if isinstance(predicate, And) else pc.or_kleene
-        result = pa.chunked_array([pa.array([isinstance(predicate, And)] * partitions.num_rows)])
+        result = pa.chunked_array(
+            [pa.array([isinstance(predicate, And)] * partitions.num_rows, pa.bool_())]
+        )
         for mask in masks:
             result = combine(result, mask)
         return result
@@ -164,6 +166,24 @@ class DeltaRsEngine(port.DeltaEngine):
         result = QueryBuilder().register("t", self._table(table, version)).execute(query)
         return _plain_types(pa.table(result.read_all()))
 
+    def _files_selected(self, delta: DeltaTable, where: Predicate | None) -> pa.Table | None:
+        """The flattened add actions of the files `where` selects, when it names partition
+        columns only (None otherwise)."""
+        files = pa.table(delta.get_add_actions(flatten=True))
+        if where is None or files.num_rows == 0:
+            return files
+        mask = _partition_mask(where, files)
+        return None if mask is None else files.filter(pc.fill_null(mask, False))
+
+    def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int] | None:
+        """(files of the partitions `where` selects, files of the table), from the log;
+        None when `where` names a column that is not a partition column."""
+        delta = self._table(table)
+        selected = self._files_selected(delta, where)
+        if selected is None:
+            return None
+        return selected.num_rows, len(delta.file_uris())
+
     def count_from_log(self, table: str, *, where: Predicate | None = None) -> int | None:
         """The rows of the files `where` selects, summed from the log's per-file row counts
         without reading any data file; None when that cannot be exact: `where` names a
@@ -172,12 +192,11 @@ class DeltaRsEngine(port.DeltaEngine):
         delta = self._table(table)
         if "deletionVectors" in (delta.protocol().writer_features or []):
             return None
-        files = pa.table(delta.get_add_actions(flatten=True))
-        if where is not None:
-            mask = _partition_mask(where, files)
-            if mask is None:
-                return None
-            files = files.filter(pc.fill_null(mask, False))
+        files = self._files_selected(delta, where)
+        if files is None:
+            return None
+        if files.num_rows == 0:
+            return 0
         rows = files.column("num_records")
         if rows.null_count:
             return None

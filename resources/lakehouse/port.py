@@ -254,6 +254,11 @@ class DeltaEngine(ABC):
         """Rows matching `where`, without bringing them into Python."""
 
     @abstractmethod
+    def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int] | None:
+        """(files in the partitions `where` selects, files in the table), read from the
+        log; None when `where` names a column that is not a partition column."""
+
+    @abstractmethod
     def write(
         self,
         table: str,

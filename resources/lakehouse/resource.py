@@ -148,6 +148,11 @@ class Lakehouse(dg.ConfigurableResource):
         """How many rows match `where`."""
         return self._delta().count(self.uri(table), where=where)
 
+    def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int] | None:
+        """(files in the partitions `where` selects, files in the table): what a write
+        pinned to `where` may read, and what it skips."""
+        return self._delta().partition_files(self.uri(table), where=where)
+
     def history(self, table: str, *, limit: int | None = None) -> list[port.HistoryEntry]:
         """Commits newest first, each with the commit metadata its writer attached."""
         return self._delta().history(self.uri(table), limit=limit)

@@ -214,6 +214,7 @@ def test_the_merge_is_pinned_to_the_batchs_days(lakehouse, write_batch, apply):
         "2024-05-08",
         "2024-05-10",
     )
+    assert (merged.files_in_window, merged.files_skipped) == (1, 1)
     after = set(log.file_uris(uri, lakehouse.version(USER_EVENTS)))
     replaced = before - after
     assert replaced and all("event_date=2024-05-09" in u for u in replaced)
