@@ -127,6 +127,21 @@ def test_publishing_alone_audits_again_and_refuses_a_damaged_stage(
     assert not lakehouse.exists(USER_EVENTS)
 
 
+def test_a_batch_id_with_quotes_and_spaces_is_its_own_partition(
+    lakehouse, write_batch, run_batch
+):
+    write_batch("b1", [event("e1")])
+    write_batch("it's \\ b1", [event("e2")])
+    assert run_batch("b1").success
+    assert run_batch("it's \\ b1").success
+    staged = lakehouse.read_arrow(STAGING, columns=["batch_id", "event_id"]).to_pylist()
+    assert sorted((r["batch_id"], r["event_id"]) for r in staged) == [
+        ("b1", "e1"),
+        ("it's \\ b1", "e2"),
+    ]
+    assert lakehouse.count(USER_EVENTS) == 2
+
+
 def test_replaying_a_batch_leaves_the_table_as_it_was(lakehouse, write_batch, run_batch):
     write_batch("b1", [event("e1"), event("e2", ts="2024-05-03T10:00:00+00:00")])
     assert run_batch("b1").success

@@ -1,0 +1,159 @@
+"""What `user_events` costs as it grows, side by side in one run:
+
+1. The MERGE of a 10k-event batch (`merge_batch`, as the asset runs it: pinned to the
+   batch's day widened by one day each side) into `user_events` of 1M and of 10M rows.
+   The table grows as it does in use, by days: 10,000 events a day, so 100 days and
+   1,000 days. Half the batch updates stored events of its day (newer versions), half is
+   new. Figures are medians of three rounds per size; the files the MERGE's days hold
+   (scanned) and the files it never opens (skipped) are reported from the log.
+   Bound: 10M / 1M at most 1.5.
+2. Staging throughput: a 1M-line batch file parsed, validated, keyed (SHA-256 of the
+   canonical identity for the events without `event_id`, a third of them) and
+   deduplicated (a tenth of the lines are older versions), in rows per second.
+
+Run: `.venv/bin/python benchmarks/user_events.py [--engine delta-spark]` (or `make bench`).
+"""
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pyspark.sql import functions as F  # noqa: E402
+
+from assets.warehouse.events_source import batch_file, parse_batch  # noqa: E402
+from assets.warehouse.staging_merge import (  # noqa: E402
+    TABLE_COLUMNS,
+    USER_EVENTS,
+    deduplicate,
+    merge_batch,
+)
+from resources import Lakehouse, LandingZone, SparkResource  # noqa: E402
+
+PER_DAY = 10_000
+SIZES = (1_000_000, 10_000_000)
+BATCH = 10_000
+ROUNDS = 3
+BOUND = 1.5
+FIRST_DAY = dt.date(2020, 1, 1)
+META = {"benchmark": "user_events"}
+
+
+def build_table(lake: Lakehouse, rows: int) -> None:
+    spark = lake.spark.session()
+    ids = spark.range(rows)
+    day = F.date_add(F.lit(FIRST_DAY), (F.col("id") / PER_DAY).cast("int"))
+    at = F.timestamp_seconds(F.unix_timestamp(day.cast("timestamp")) + F.col("id") % 86_400)
+    table = ids.select(
+        F.concat(F.lit("e"), F.col("id").cast("string")).alias("event_id"),
+        F.concat(F.lit("u"), (F.col("id") % 5_000).cast("string")).alias("user_id"),
+        at.alias("event_timestamp"),
+        at.alias("ingestion_time"),
+        F.to_json(F.struct(F.col("id").alias("n"))).alias("payload"),
+        F.lit(False).alias("is_deleted"),
+        day.alias("event_date"),
+        F.lit("history").alias("batch_id"),
+        F.lit(False).alias("key_derived"),
+        F.sha2(F.col("id").cast("string"), 256).alias("content_digest"),
+    )
+    lake.overwrite(USER_EVENTS, table, partition_by=["event_date"], metadata=META)
+
+
+def batch_of(lake: Lakehouse, rows: int, round_no: int):
+    """10k events of the table's middle day: half newer versions of stored events, half
+    new events."""
+    spark = lake.spark.session()
+    middle = rows // PER_DAY // 2
+    first_id = middle * PER_DAY
+    ids = spark.range(BATCH)
+    stored = F.col("id") < BATCH // 2
+    event_no = F.when(stored, F.lit(first_id) + F.col("id") * 2).otherwise(
+        F.lit(10**12 + round_no * BATCH) + F.col("id")
+    )
+    day = F.date_add(F.lit(FIRST_DAY), F.lit(middle))
+    at = F.timestamp_seconds(F.unix_timestamp(day.cast("timestamp")) + 86_399)
+    return ids.select(
+        F.concat(F.lit("e"), event_no.cast("string")).alias("event_id"),
+        F.lit("u1").alias("user_id"),
+        at.alias("event_timestamp"),
+        (at + F.expr(f"INTERVAL {round_no + 1} DAYS")).alias("ingestion_time"),
+        F.to_json(F.struct(F.lit(round_no).alias("round"))).alias("payload"),
+        F.lit(False).alias("is_deleted"),
+        day.alias("event_date"),
+        F.lit(f"bench-{round_no}").alias("batch_id"),
+        F.lit(False).alias("key_derived"),
+        F.sha2(F.lit(str(round_no)), 256).alias("content_digest"),
+    ).select(*TABLE_COLUMNS)
+
+
+def merge_cost(engine: str, rows: int) -> tuple[float, int, int]:
+    with tempfile.TemporaryDirectory() as root:
+        lake = Lakehouse(root=root, engine=engine, spark=SparkResource())
+        build_table(lake, rows)
+        seconds, merged = [], None
+        for round_no in range(ROUNDS):
+            batch = batch_of(lake, rows, round_no).localCheckpoint()
+            batch.count()
+            started = time.perf_counter()
+            merged = merge_batch(lake, batch, window_days=1, metadata=META)
+            seconds.append(time.perf_counter() - started)
+            metrics = merged.result.metrics
+            assert (metrics["rows_updated"], metrics["rows_inserted"]) == (BATCH // 2,) * 2, metrics
+        assert lake.count(USER_EVENTS) == rows + ROUNDS * BATCH // 2
+        return statistics.median(seconds), merged.files_in_window, merged.files_skipped
+
+
+def staging_throughput(spark: SparkResource, lines: int = 1_000_000) -> float:
+    with tempfile.TemporaryDirectory() as root:
+        landing = LandingZone(root=root)
+        path = Path(root) / batch_file("big")
+        path.parent.mkdir(parents=True)
+        with path.open("w") as out:
+            for i in range(lines):
+                event = {
+                    "event_timestamp": f"2024-05-01T{i % 24:02d}:{i % 60:02d}:00+02:00",
+                    "ingestion_time": "2024-05-02T00:00:00Z",
+                    "user_id": f"u{i % 5000}",
+                    "payload": {"page": f"/p/{i}", "n": i, "tags": ["a", "b"]},
+                }
+                if i % 3:
+                    # A tenth of the events with ids come twice: an older version first.
+                    event["event_id"] = f"e{i - 1 if i % 10 == 1 else i}"
+                out.write(json.dumps(event) + "\n")
+        session = spark.session()
+        started = time.perf_counter()
+        parsed = parse_batch(session, landing, "big", [landing.stat(batch_file("big"))])
+        staged = deduplicate(parsed.frame).count()
+        seconds = time.perf_counter() - started
+        assert parsed.lines_read == lines and staged < lines
+        return lines / seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", default=os.environ.get("LAKEHOUSE_ENGINE", "delta-rs"))
+    engine = parser.parse_args().engine
+    costs = {rows: merge_cost(engine, rows) for rows in SIZES}
+    print(f"\nMERGE of a {BATCH:,}-event batch into user_events ({engine}, median of {ROUNDS}):")
+    for rows, (seconds, scanned, skipped) in costs.items():
+        print(
+            f"  {rows:>11,} rows ({rows // PER_DAY:,} days): {seconds * 1000:7.0f} ms, "
+            f"files scanned {scanned}, skipped {skipped}"
+        )
+    ratio = costs[SIZES[-1]][0] / costs[SIZES[0]][0]
+    verdict = "PASS" if ratio <= BOUND else "FAIL"
+    print(f"  10M / 1M = {ratio:.2f} (bound {BOUND}) {verdict}")
+    rate = staging_throughput(SparkResource())
+    print(f"\nstaging a 1M-line batch (parse, validate, key, dedup): {rate:,.0f} rows/s")
+    return 0 if ratio <= BOUND else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
