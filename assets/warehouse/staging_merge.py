@@ -62,14 +62,13 @@ def deduplicate(events: DataFrame) -> DataFrame:
 
 
 def incoming_wins(incoming: str = "s", stored: str = "t") -> str:
-    """SQL condition: the `incoming` version comes after the `stored` one in the order."""
-    ts, it, cd = (f"{{0}}.{c}" for c in VERSION_ORDER)
-    s = [c.format(incoming) for c in (ts, it, cd)]
-    t = [c.format(stored) for c in (ts, it, cd)]
-    return (
-        f"({s[0]} > {t[0]}) OR ({s[0]} = {t[0]} AND ({s[1]} > {t[1]} "
-        f"OR ({s[1]} = {t[1]} AND {s[2]} > {t[2]})))"
-    )
+    """SQL condition: the `incoming` version comes after the `stored` one in the order
+    (lexicographic over VERSION_ORDER)."""
+    condition = "FALSE"
+    for column in reversed(VERSION_ORDER):
+        s, t = f"{incoming}.{column}", f"{stored}.{column}"
+        condition = f"({s} > {t} OR ({s} = {t} AND {condition}))"
+    return condition
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,7 @@ def user_events_staging(
     lakehouse: Lakehouse,
     landing: LandingZone,
     event_settings: EventSettings,
-):
+) -> dg.MaterializeResult:
     """Write-audit-publish, step 1 and 2: the batch `events/<batch_id>.jsonl` parsed,
     deduplicated (newest version of each event) and staged in `user_events_staging`, then
     audited by blocking checks; `user_events` publishes it only if every audit passes."""
@@ -162,7 +162,7 @@ def user_events_staging(
         partition_by=["batch_id"],
         metadata=commit_metadata(context, partition_key=batch_id, sources=parsed.sources),
     )
-    yield dg.MaterializeResult(
+    return dg.MaterializeResult(
         metadata=materialization_metadata(
             lakehouse,
             result,
@@ -175,9 +175,9 @@ def user_events_staging(
                 "staged_at": dg.MetadataValue.path(lakehouse.uri(STAGING)),
                 "staged_where": where.render(lakehouse.dialect),
             },
-        )
+        ),
+        check_results=audit(lakehouse, batch_id, event_settings).results(batch_rows=rows),
     )
-    yield from audit(lakehouse, batch_id, event_settings).results(batch_rows=rows)
 
 
 @dg.asset(
