@@ -46,12 +46,26 @@ FIRST_DAY = dt.date(2020, 1, 1)
 META = {"benchmark": "user_events"}
 
 
+CHUNK = 1_000_000
+"""Rows per history commit: delta-rs writes a DataFrame through the driver's memory."""
+
+
 def build_table(lake: Lakehouse, rows: int) -> None:
-    spark = lake.spark.session()
-    ids = spark.range(rows)
+    for start in range(0, rows, CHUNK):
+        lake.append(
+            USER_EVENTS,
+            history(lake, start, min(start + CHUNK, rows)),
+            partition_by=["event_date"],
+            metadata=META,
+        )
+
+
+def history(lake: Lakehouse, start: int, end: int):
+    """Events `start` .. `end - 1` of the table, PER_DAY a day."""
+    ids = lake.spark.session().range(start, end)
     day = F.date_add(F.lit(FIRST_DAY), (F.col("id") / PER_DAY).cast("int"))
     at = F.timestamp_seconds(F.unix_timestamp(day.cast("timestamp")) + F.col("id") % 86_400)
-    table = ids.select(
+    return ids.select(
         F.concat(F.lit("e"), F.col("id").cast("string")).alias("event_id"),
         F.concat(F.lit("u"), (F.col("id") % 5_000).cast("string")).alias("user_id"),
         at.alias("event_timestamp"),
@@ -63,7 +77,6 @@ def build_table(lake: Lakehouse, rows: int) -> None:
         F.lit(False).alias("key_derived"),
         F.sha2(F.col("id").cast("string"), 256).alias("content_digest"),
     )
-    lake.overwrite(USER_EVENTS, table, partition_by=["event_date"], metadata=META)
 
 
 def batch_of(lake: Lakehouse, rows: int, round_no: int):

@@ -88,6 +88,7 @@ class Reader:
                 time.sleep(0.01)
                 continue
             rows = self.lake.read_arrow(TABLE, columns=["trial"]).column("trial").to_pylist()
+            time.sleep(0.005)  # leave the writer its core
             trials = Counter(rows)
             if rows and (len(trials) != 1 or len(rows) != len(WEEK) * ROWS_PER_DAY):
                 self.torn.append(f"{len(rows)} rows of trials {dict(trials)}")
@@ -131,34 +132,60 @@ def _finish(process: subprocess.Popen) -> str:
     return output.strip().splitlines()[-1]
 
 
+@dataclass
+class Timing:
+    """When a clean write commits and when its process ends, in seconds after it is
+    ready: measured under the trials' own load (the reader running), and measured again
+    on every clean rerun, so kill points follow the machine's pace."""
+
+    commit: float
+    end: float
+
+    @classmethod
+    def of_clean_run(cls, lake: Lakehouse, process: subprocess.Popen) -> tuple[Timing, str]:
+        began, before = time.monotonic(), lake.version(TABLE)
+        commit = None
+        while process.poll() is None:
+            if commit is None and lake.version(TABLE) != before:
+                commit = time.monotonic() - began
+            time.sleep(0.02)
+        end = time.monotonic() - began
+        return cls(commit if commit is not None else end, end), _finish(process)
+
+    def kill_point(self, rng: random.Random, trial: int) -> float:
+        """Alternately before and after the commit, uniformly within each side."""
+        if trial % 2:
+            return rng.uniform(0, self.commit)
+        return rng.uniform(self.commit, max(self.end, self.commit))
+
+
 def kill_trials(
     lake: Lakehouse, *, engine: str, jars: str, trials: int, replay_every: int = 1, seed: int = 7
 ) -> TrialReport:
     """Run `trials` kill trials; asserts what must hold after each, returns what was hit."""
     rng = random.Random(seed)
     report = TrialReport()
-    # Calibrate: how long a clean write takes once the writer is ready.
-    started = _start(lake, engine, jars, 0)
-    began = time.monotonic()
-    assert _finish(started).startswith("committed")
-    window = (time.monotonic() - began) * 1.2
     with Reader(lake) as reader:
+        timing, outcome = Timing.of_clean_run(lake, _start(lake, engine, jars, 0))
+        assert outcome.startswith("committed"), outcome
         for trial in range(1, trials + 1):
             before = lake.version(TABLE)
             process = _start(lake, engine, jars, trial)
-            time.sleep(rng.uniform(0, window))
+            time.sleep(timing.kill_point(rng, trial))
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             # Trial t is the week's input number t + 1 (the calibration run was the first).
             input_version = trial + 1
             committed = lake.app_transaction_version(TABLE, f"{TABLE}/{WEEK[0]}")
-            rerun = _finish(_start(lake, engine, jars, trial))
+            rerun = _start(lake, engine, jars, trial)
             if committed == input_version:
                 report.killed_after_commit += 1
-                assert rerun == f"skipped: already committed at version {input_version}", rerun
+                outcome = _finish(rerun)
+                assert outcome == f"skipped: already committed at version {input_version}", outcome
             else:
                 report.killed_before_commit += 1
-                assert rerun.startswith("committed"), rerun
+                timing, outcome = Timing.of_clean_run(lake, rerun)
+                assert outcome.startswith("committed"), outcome
             rows = lake.read_arrow(TABLE).to_pylist()
             assert len(rows) == len(WEEK) * ROWS_PER_DAY, f"trial {trial}: {len(rows)} rows"
             assert {r["trial"] for r in rows} == {trial}
