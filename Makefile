@@ -48,6 +48,7 @@ bench: setup
 	$(PY) benchmarks/engines.py
 	$(PY) benchmarks/payments.py
 	$(PY) benchmarks/sessions.py
+	$(PY) benchmarks/user_events.py
 
 # Benchmarks that start a standalone cluster (and a Spark Connect server) themselves.
 bench-cluster: setup
