@@ -69,6 +69,15 @@ def spark(s3_storage: S3Storage, spark_session) -> SparkResource:
 ENGINES = ["delta-rs", pytest.param("delta-spark", marks=pytest.mark.delta_spark)]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that launch several run processes at once boot a JVM in each with delta-spark
+    (one to two minutes on 2 cores): that half runs in `make test-slow`, the delta-rs half
+    in `make test`."""
+    for item in items:
+        if item.get_closest_marker("run_processes") and item.get_closest_marker("delta_spark"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(params=ENGINES)
 def engine(request) -> str:
     """Every test that touches the lakehouse runs once per Delta engine."""

@@ -172,6 +172,7 @@ def test_bad_input_names_file_and_line_and_commits_nothing(
     assert lakehouse.version(VISITS_DAILY) == version
 
 
+@pytest.mark.run_processes
 def test_a_backfill_as_several_concurrent_runs_lands_every_partition(
     tmp_path, lakehouse, landing, write_visits
 ):

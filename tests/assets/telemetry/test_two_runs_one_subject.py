@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from support import run_process_env
 from telemetry_history import START, expected_hourly, expected_totals, report
 
@@ -19,6 +20,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[3]
 ASSETS = "telemetry_raw,telemetry_running_totals,telemetry_hourly"
 
 
+@pytest.mark.run_processes
 def test_two_concurrent_runs_of_a_subject_apply_every_file_once(tmp_path, deployment):
     rng = random.Random(21)
     files = [report("Tool01", START + dt.timedelta(hours=4 * i), 300, rng) for i in range(40)]
