@@ -14,6 +14,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 import dagster as dg
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from assets.materialization import commit_metadata, materialization_metadata
@@ -24,6 +25,7 @@ from resources.lakehouse.predicates import eq
 
 STAGING = "user_events_staging"
 EARLIEST_EVENT = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 event_batches = dg.DynamicPartitionsDefinition(name="event_batches")
 
 KEYS_CHECK = "staged_keys_unique_and_non_null"
@@ -41,11 +43,8 @@ class EventSettings(dg.ConfigurableResource):
     this many days on each side (see `staging_merge`)."""
 
 
-def _staged(lakehouse: Lakehouse, batch_id: str):
+def _staged(lakehouse: Lakehouse, batch_id: str) -> DataFrame:
     return lakehouse.read(STAGING, where=eq("batch_id", batch_id))
-
-
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _micros(instant: dt.datetime) -> int:
