@@ -38,7 +38,7 @@ from pyspark.sql import Column, DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from assets.database.user_sessions import (  # noqa: E402
-    BUILT_DAYS,
+    BUILDS,
     SESSION_COLUMNS,
     USER_SESSIONS,
     publish,
@@ -87,9 +87,10 @@ def history(lake: Lakehouse, users: int) -> None:
     marks = seen.groupBy(F.col("event_date").alias("session_day")).agg(
         F.count("*").alias("day_visits"),
         F.max(F.unix_micros("first_seen_at")).alias("seen_through"),
+        F.current_timestamp().alias("built_at"),
         F.lit("history").alias("dagster_run_id"),
     )
-    lake.overwrite(BUILT_DAYS, marks, metadata=META)
+    lake.overwrite(BUILDS, marks, metadata=META)
 
 
 def first_seen(visits: DataFrame, seen_at: Column) -> DataFrame:

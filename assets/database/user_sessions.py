@@ -11,8 +11,9 @@ earliest-ingested one by the same rule, and the other id is retired: recorded in
 `user_sessions`, which holds live sessions only.
 
 A day's run rebuilds only what changed: the users with visits of the day first seen
-since the day was last built (`user_sessions_days` keeps, per day, its visit count and
-latest first-seen time; every user of the day when the day is new or lost visits), and
+since the day was last built (`user_sessions_builds` logs each build of a day with its
+visit count and latest first-seen time; every user of the day when the day is new or
+lost visits), and
 of those only the sessions within the day widened by the gap and by the stored sessions
 it reaches, widened again until no rebuilt session touches the window's edge (so a
 session that runs across days, or days processed out of order, are rebuilt whole). One
@@ -90,12 +91,15 @@ MAX_WIDENINGS = 20
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 MAX_NAMED_USERS = 1_000
 """Up to this many changed users are pushed into the reads by name."""
-BUILT_DAYS = "user_sessions_days"
-BUILT_DAYS_SCHEMA = pa.schema(
+BUILDS = "user_sessions_builds"
+"""One row per build of a day's sessions, appended after its MERGE: an append commits
+without reading the table, and the latest row of a day is its mark."""
+BUILDS_SCHEMA = pa.schema(
     [
         pa.field("session_day", pa.date32()),
         pa.field("day_visits", pa.int64()),
         pa.field("seen_through", pa.int64()),
+        pa.field("built_at", pa.timestamp("us", tz="UTC")),
         pa.field("dagster_run_id", pa.string()),
     ]
 )
@@ -204,7 +208,7 @@ def _visits_within(lakehouse: Lakehouse, window: TimeWindow, users: Users) -> Da
 @dataclass(frozen=True)
 class DayMark:
     """What a day's sessions were built from: its visit count and the latest first-seen
-    time among them (epoch microseconds), kept in `user_sessions_days`."""
+    time among them (epoch microseconds), logged in `user_sessions_builds`."""
 
     day: dt.date
     visits: int
@@ -212,10 +216,13 @@ class DayMark:
 
 
 def _stored_mark(lakehouse: Lakehouse, day: dt.date) -> DayMark | None:
-    if not lakehouse.exists(BUILT_DAYS):
+    if not lakehouse.exists(BUILDS):
         return None
-    rows = lakehouse.read_arrow(BUILT_DAYS, where=eq("session_day", day)).to_pylist()
-    return DayMark(day, rows[0]["day_visits"], rows[0]["seen_through"]) if rows else None
+    builds = lakehouse.read_arrow(BUILDS, where=eq("session_day", day)).to_pylist()
+    if not builds:
+        return None
+    latest = max(builds, key=lambda build: build["built_at"])
+    return DayMark(day, latest["day_visits"], latest["seen_through"])
 
 
 def _instant(micros: int) -> dt.datetime:
@@ -248,21 +255,53 @@ def changed_users(lakehouse: Lakehouse, day: dt.date) -> tuple[Users, DayMark]:
     return every_user, DayMark(day, count, seen_through)
 
 
-def _span(
-    sessions: DataFrame, gap: dt.timedelta
-) -> tuple[dt.datetime | None, dt.datetime | None, str | None]:
-    """The sessions' earliest start and latest end widened by `gap` (None: no sessions),
-    and a visit without a first-seen time among them, in one Spark job. Read as epoch
-    microseconds: Spark hands timestamps to Python in its local zone."""
-    unseen = F.min("_unseen_visit") if "_unseen_visit" in sessions.columns else F.lit(None)
-    low, high, missing = sessions.agg(
-        F.min(F.unix_micros("session_start")), F.max(F.unix_micros("session_end")), unseen
-    ).first()
-    return (
-        None if low is None else _instant(low) - gap,
-        None if high is None else _instant(high) + gap,
-        missing,
-    )
+Span = tuple[dt.datetime | None, dt.datetime | None, str | None]
+"""Sessions' earliest start and latest end widened by the gap (None: no sessions), and a
+visit without a first-seen time among them, if any."""
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """A frame computed once, so the widening loop, the retired ids and the MERGE all use
+    one result. The sessions of a few named users are small: they come to this process
+    and go on as a local relation (Spark plans it without a job, and their span is
+    taken here). Every user's stay on the executors, checkpointed, and their span is
+    one Spark job."""
+
+    frame: DataFrame
+    rows: pa.Table | None
+
+    @classmethod
+    def of(cls, frame: DataFrame, users: Users) -> "Pinned":
+        if isinstance(users, list):
+            rows = frame.toArrow()
+            return cls(frame.sparkSession.createDataFrame(rows, schema=frame.schema), rows)
+        return cls(frame.localCheckpoint(), None)
+
+    def span(self, gap: dt.timedelta) -> Span:
+        # Bounds as epoch microseconds: Spark hands timestamps to Python in its local zone.
+        if self.rows is None:
+            unseen = (
+                F.min("_unseen_visit") if "_unseen_visit" in self.frame.columns else F.lit(None)
+            )
+            low, high, missing = self.frame.agg(
+                F.min(F.unix_micros("session_start")), F.max(F.unix_micros("session_end")), unseen
+            ).first()
+        else:
+            low, high = (
+                pc.min(pc.cast(self.rows.column(name), pa.int64())).as_py()
+                for name in ("session_start", "session_end")
+            )
+            missing = (
+                pc.min(self.rows.column("_unseen_visit")).as_py()
+                if "_unseen_visit" in self.rows.column_names
+                else None
+            )
+        return (
+            None if low is None else _instant(low) - gap,
+            None if high is None else _instant(high) + gap,
+            missing,
+        )
 
 
 @dataclass(frozen=True)
@@ -294,8 +333,9 @@ def rebuild_day(lakehouse: Lakehouse, day: dt.date, gap: dt.timedelta) -> Rebuil
 
     while True:
         # The stored sessions the window reaches, the window widened to hold them whole.
-        stored = _overlapping(lakehouse, window, users)
-        low, high, _ = _span(stored, gap)
+        pinned_stored = Pinned.of(_overlapping(lakehouse, window, users), users)
+        stored = pinned_stored.frame
+        low, high, _ = pinned_stored.span(gap)
         if window.widened(low, high) != window:
             window = widen(window.widened(low, high))
             continue
@@ -313,9 +353,11 @@ def rebuild_day(lakehouse: Lakehouse, day: dt.date, gap: dt.timedelta) -> Rebuil
             F.array_contains("_visit_days", F.lit(day))
             | ((F.col("_s") <= F.col("session_end")) & (F.col("_e") >= F.col("session_start")))
         )
-        kept = touching.drop("_s", "_e", "_visit_days").dropDuplicates(["session_id"])
-        kept = kept.localCheckpoint()
-        low, high, unseen = _span(kept, gap)
+        pinned_kept = Pinned.of(
+            touching.drop("_s", "_e", "_visit_days").dropDuplicates(["session_id"]), users
+        )
+        kept = pinned_kept.frame
+        low, high, unseen = pinned_kept.span(gap)
         if unseen:
             raise dg.Failure(
                 f"visit {unseen!r} has no first-seen record in {FIRST_SEEN}: "
@@ -344,7 +386,7 @@ def rebuild_day(lakehouse: Lakehouse, day: dt.date, gap: dt.timedelta) -> Rebuil
         .groupBy(F.col("r.session_id").alias("session_id"), F.col("r.user_id").alias("user_id"))
         .agg(F.min("merged_into").alias("merged_into"))
     )
-    return Rebuild(kept, retired.localCheckpoint(), window, widenings, mark, users)
+    return Rebuild(kept, Pinned.of(retired, users).frame, window, widenings, mark, users)
 
 
 def _record_retired(
@@ -377,7 +419,7 @@ def publish(
     for table, schema, partitioning in (
         (USER_SESSIONS, SESSIONS_SCHEMA, ["session_date"]),
         (RETIRED, RETIRED_SCHEMA, None),
-        (BUILT_DAYS, BUILT_DAYS_SCHEMA, None),
+        (BUILDS, BUILDS_SCHEMA, None),
     ):
         if not lakehouse.exists(table):
             lakehouse.append(
@@ -427,20 +469,14 @@ def publish(
     )
     # After the sessions: a crash in between leaves the older mark, and the retry
     # rebuilds a superset of what changed.
-    mark = pa.Table.from_pylist(
-        [
-            {
-                "session_day": rebuild.mark.day,
-                "day_visits": rebuild.mark.visits,
-                "seen_through": rebuild.mark.seen_through,
-                "dagster_run_id": run_id,
-            }
-        ],
-        schema=BUILT_DAYS_SCHEMA,
-    )
-    lakehouse.overwrite(
-        BUILT_DAYS, mark, where=eq("session_day", rebuild.mark.day), metadata=metadata
-    )
+    build = {
+        "session_day": rebuild.mark.day,
+        "day_visits": rebuild.mark.visits,
+        "seen_through": rebuild.mark.seen_through,
+        "built_at": dt.datetime.now(dt.UTC),
+        "dagster_run_id": run_id,
+    }
+    lakehouse.append(BUILDS, pa.Table.from_pylist([build], schema=BUILDS_SCHEMA), metadata=metadata)
     return result, retired_count
 
 
