@@ -89,13 +89,12 @@ def merge_batch(
     window_days: int,
     metadata: dict,
     app_transaction: AppTransaction | None = None,
-) -> MergedBatch | None:
-    """MERGE a deduplicated batch into `user_events` in one commit, pinned to the batch's
-    event dates widened by `window_days`. None for a batch without events (nothing is
-    committed)."""
+) -> MergedBatch:
+    """MERGE a deduplicated batch of events into `user_events` in one commit, pinned to
+    the batch's event dates widened by `window_days`."""
     first_day, last_day = staged.agg(F.min("event_date"), F.max("event_date")).first()
     if first_day is None:
-        return None
+        raise ValueError("a batch without events has nothing to merge")
     window = dt.timedelta(days=window_days)
     first_day, last_day = first_day - window, last_day + window
     if not lakehouse.exists(USER_EVENTS):
@@ -103,8 +102,7 @@ def merge_batch(
             USER_EVENTS, TABLE_SCHEMA.empty_table(), partition_by=["event_date"], metadata=metadata
         )
     days = between("event_date", first_day, last_day)
-    # `event_date` partitions the table, so the log always answers.
-    in_window, total = lakehouse.partition_files(USER_EVENTS, where=days) or (0, 0)
+    in_window, total = lakehouse.partition_files(USER_EVENTS, where=days)
     pinned = between("t.event_date", first_day, last_day).render(lakehouse.dialect)
     every_column = {c: f"s.{c}" for c in TABLE_COLUMNS}
     result = lakehouse.merge(

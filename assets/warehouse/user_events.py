@@ -211,7 +211,6 @@ def user_events(
         window_days=event_settings.version_window_days,
         metadata=commit_metadata(context, partition_key=batch_id),
     )
-    assert merged is not None, "a staged batch holds events"
     return dg.MaterializeResult(
         metadata=materialization_metadata(
             lakehouse,

@@ -166,23 +166,31 @@ class DeltaRsEngine(port.DeltaEngine):
         result = QueryBuilder().register("t", self._table(table, version)).execute(query)
         return _plain_types(pa.table(result.read_all()))
 
-    def _files_selected(self, delta: DeltaTable, where: Predicate | None) -> pa.Table | None:
-        """The flattened add actions of the files `where` selects, when it names partition
-        columns only (None otherwise)."""
+    def _files_selected(
+        self, delta: DeltaTable, where: Predicate | None
+    ) -> tuple[pa.Table, pa.Table] | None:
+        """The flattened add actions of the table's files and of the files `where`
+        selects, when it names partition columns only (None otherwise, before the add
+        actions are loaded)."""
+        if where is not None and not where.columns() <= set(delta.metadata().partition_columns):
+            return None
         files = pa.table(delta.get_add_actions(flatten=True))
         if where is None or files.num_rows == 0:
-            return files
+            return files, files
         mask = _partition_mask(where, files)
-        return None if mask is None else files.filter(pc.fill_null(mask, False))
+        return None if mask is None else (files, files.filter(pc.fill_null(mask, False)))
 
-    def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int] | None:
-        """(files of the partitions `where` selects, files of the table), from the log;
-        None when `where` names a column that is not a partition column."""
+    def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int]:
+        """(files of the partitions `where` selects, files of the table), from the log."""
         delta = self._table(table)
-        selected = self._files_selected(delta, where)
-        if selected is None:
-            return None
-        return selected.num_rows, len(delta.file_uris())
+        files = self._files_selected(delta, where)
+        if files is None:
+            raise port.LakehouseError(
+                f"{where.render('datafusion')} names columns that do not partition {table} "
+                f"(partitioned by {', '.join(delta.metadata().partition_columns) or 'nothing'})"
+            )
+        every, selected = files
+        return selected.num_rows, every.num_rows
 
     def count_from_log(self, table: str, *, where: Predicate | None = None) -> int | None:
         """The rows of the files `where` selects, summed from the log's per-file row counts
@@ -192,9 +200,10 @@ class DeltaRsEngine(port.DeltaEngine):
         delta = self._table(table)
         if "deletionVectors" in (delta.protocol().writer_features or []):
             return None
-        files = self._files_selected(delta, where)
-        if files is None:
+        selection = self._files_selected(delta, where)
+        if selection is None:
             return None
+        _, files = selection
         if files.num_rows == 0:
             return 0
         rows = files.column("num_records")

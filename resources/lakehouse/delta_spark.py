@@ -143,7 +143,7 @@ class DeltaSparkEngine(port.DeltaEngine):
     def file_uris(self, table: str, version: int) -> list[str]:
         return self._log.file_uris(table, version)
 
-    def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int] | None:
+    def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int]:
         return self._log.partition_files(table, where=where)
 
     def read_arrow(

@@ -254,9 +254,10 @@ class DeltaEngine(ABC):
         """Rows matching `where`, without bringing them into Python."""
 
     @abstractmethod
-    def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int] | None:
+    def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int]:
         """(files in the partitions `where` selects, files in the table), read from the
-        log; None when `where` names a column that is not a partition column."""
+        log; a `LakehouseError` when `where` names a column that does not partition the
+        table."""
 
     @abstractmethod
     def write(

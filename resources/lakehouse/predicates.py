@@ -75,6 +75,10 @@ class Predicate(ABC):
     @abstractmethod
     def render(self, dialect: Dialect) -> str: ...
 
+    @abstractmethod
+    def columns(self) -> frozenset[str]:
+        """The columns the condition names."""
+
     def __and__(self, other: Predicate) -> Predicate:
         return And((self, other))
 
@@ -90,6 +94,9 @@ class Compare(Predicate):
             raise PredicateError(f"unsupported comparison {self.op!r}")
         return f"{identifier(self.column)} {self.op} {sql_literal(self.value, dialect=dialect)}"
 
+    def columns(self) -> frozenset[str]:
+        return frozenset((self.column,))
+
 
 @dataclass(frozen=True)
 class In(Predicate):
@@ -102,6 +109,9 @@ class In(Predicate):
         literals = ", ".join(sql_literal(v, dialect=dialect) for v in self.values)
         return f"{identifier(self.column)} IN ({literals})"
 
+    def columns(self) -> frozenset[str]:
+        return frozenset((self.column,))
+
 
 @dataclass(frozen=True)
 class And(Predicate):
@@ -109,6 +119,9 @@ class And(Predicate):
 
     def render(self, dialect: Dialect) -> str:
         return " AND ".join(f"({p.render(dialect)})" for p in self.parts)
+
+    def columns(self) -> frozenset[str]:
+        return frozenset().union(*(part.columns() for part in self.parts))
 
 
 @dataclass(frozen=True)
@@ -119,6 +132,9 @@ class Or(Predicate):
         if not self.parts:
             return "FALSE"
         return " OR ".join(f"({p.render(dialect)})" for p in self.parts)
+
+    def columns(self) -> frozenset[str]:
+        return frozenset().union(*(part.columns() for part in self.parts))
 
 
 def eq(column: str, value: Value) -> Predicate:

@@ -12,6 +12,7 @@ import pytest
 from resources import Lakehouse
 from resources.lakehouse import (
     AppTransaction,
+    LakehouseError,
     StaleWriteError,
     VersionUnavailableError,
     WhenMatchedDelete,
@@ -119,6 +120,8 @@ def test_a_count_of_whole_partitions_is_read_from_the_log_and_stays_exact(lake):
     # A predicate on data columns is not a fact of the log: the query answers it.
     assert log.count_from_log(lake.uri("t"), where=eq("device", "b")) is None
     assert lake.partition_files("t", where=eq("day", day[1])) == (2, 4)
+    with pytest.raises(LakehouseError, match="names columns that do not partition"):
+        lake.partition_files("t", where=And((eq("day", day[1]), eq("device", "b"))))
     lake.append("empty", devices([]), metadata=META, partition_by=["day"])
     assert lake.count("empty", where=between("day", day[0], day[1])) == 0
     assert lake.partition_files("empty", where=eq("day", day[0])) == (0, 0)
