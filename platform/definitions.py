@@ -58,6 +58,7 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
         "payments_settings": database.PaymentsSettings(),
         "session_settings": database.SessionSettings(),
         "event_settings": warehouse.EventSettings(),
+        "manifest_settings": warehouse.ManifestSettings(),
     }
 
 

@@ -1,9 +1,23 @@
 """Sensors: file-arrival and late-data sensors. None of them starts Spark."""
 
+from sensors.enriched_runs import enriched_run_directories, stuck_enriched_runs
 from sensors.event_batches import event_batch_files
 from sensors.telemetry_files import telemetry_files
 from sensors.visits_late_files import visits_late_files
 
-sensors = [visits_late_files, telemetry_files, event_batch_files]
+sensors = [
+    visits_late_files,
+    telemetry_files,
+    event_batch_files,
+    enriched_run_directories,
+    stuck_enriched_runs,
+]
 
-__all__ = ["event_batch_files", "sensors", "telemetry_files", "visits_late_files"]
+__all__ = [
+    "enriched_run_directories",
+    "event_batch_files",
+    "stuck_enriched_runs",
+    "sensors",
+    "telemetry_files",
+    "visits_late_files",
+]

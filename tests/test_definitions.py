@@ -47,6 +47,15 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "telemetry_hourly",
         "user_events_staging",
         "user_events",
+        "shredded_events",
+        "warehouse_events",
+    }
+    for stage in ("shredded_events", "warehouse_events"):
+        node = graph.get(dg.AssetKey(stage))
+        assert node.partitions_def.name == "enriched_runs"
+        assert node.backfill_policy == dg.BackfillPolicy.single_run()
+    assert graph.get(dg.AssetKey("warehouse_events")).parent_keys == {
+        dg.AssetKey("shredded_events")
     }
     raw = graph.get(dg.AssetKey("telemetry_raw"))
     assert isinstance(raw.partitions_def, dg.DynamicPartitionsDefinition)
@@ -91,11 +100,15 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "reingest_telemetry_file",
         "release_quarantined_file",
         "event_batch",
+        "enriched_run",
+        "skip_enriched_run",
     } <= jobs
     assert [s.name for s in defs.sensors] == [
         "visits_late_files",
         "telemetry_files",
         "event_batch_files",
+        "enriched_run_directories",
+        "stuck_enriched_runs",
     ]
     assert [s.name for s in defs.schedules] == ["compact_telemetry_tables"]
     resources = defs.resources

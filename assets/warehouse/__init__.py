@@ -1,8 +1,17 @@
 """Warehouse ingestion: event batches staged, deduplicated, audited and MERGEd into
-`user_events` (write-audit-publish, newer-wins MERGE with hash keys and tombstones)."""
+`user_events` (write-audit-publish, newer-wins MERGE with hash keys and tombstones); and
+enriched run directories shredded and loaded through a load manifest (`manifest/`)."""
 
 import dagster as dg
 
+from assets.warehouse.manifest.pipeline import (
+    ManifestSettings,
+    enriched_run_job,
+    enriched_runs,
+    shredded_events,
+    skip_enriched_run,
+    warehouse_events,
+)
 from assets.warehouse.user_events import (
     EventSettings,
     event_batches,
@@ -10,17 +19,20 @@ from assets.warehouse.user_events import (
     user_events_staging,
 )
 
-assets = [user_events_staging, user_events]
+assets = [user_events_staging, user_events, shredded_events, warehouse_events]
 event_batch_job = dg.define_asset_job(
     "event_batch",
     selection=dg.AssetSelection.assets(user_events_staging, user_events),
     partitions_def=event_batches,
     description="Stage, audit and publish one event batch (write-audit-publish).",
 )
-jobs = [event_batch_job]
+jobs = [event_batch_job, enriched_run_job, skip_enriched_run]
 
 __all__ = [
     "EventSettings",
+    "ManifestSettings",
+    "enriched_run_job",
+    "enriched_runs",
     "assets",
     "event_batch_job",
     "jobs",

@@ -110,6 +110,41 @@ class Lakehouse(dg.ConfigurableResource):
         filesystem.delete_dir(location)
         return True
 
+    # -- marker files (e.g. a stage's `_SUCCESS`) -----------------------------------------
+
+    def write_marker(self, path: str, text: str) -> None:
+        """Write a small text file under the root, whole or not at all: on a local disk
+        it is written beside and renamed into place; an object store's PUT is atomic."""
+        filesystem, to_path = self._filesystem()
+        target = to_path(self.uri(path))
+        filesystem.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        if isinstance(filesystem, pafs.LocalFileSystem):
+            partial = f"{target}.{uuid.uuid4().hex}.partial"
+            with filesystem.open_output_stream(partial) as out:
+                out.write(text.encode())
+            filesystem.move(partial, target)
+            return
+        with filesystem.open_output_stream(target) as out:
+            out.write(text.encode())
+
+    def read_marker(self, path: str) -> str | None:
+        """The text of a marker file; None when there is none."""
+        filesystem, to_path = self._filesystem()
+        target = to_path(self.uri(path))
+        if filesystem.get_file_info(target).type != pafs.FileType.File:
+            return None
+        with filesystem.open_input_stream(target) as source:
+            return source.read().decode()
+
+    def delete_marker(self, path: str) -> bool:
+        """Remove a marker file; returns whether there was one."""
+        filesystem, to_path = self._filesystem()
+        target = to_path(self.uri(path))
+        if filesystem.get_file_info(target).type != pafs.FileType.File:
+            return False
+        filesystem.delete_file(target)
+        return True
+
     # -- reads --------------------------------------------------------------------------
 
     def exists(self, table: str) -> bool:
@@ -148,7 +183,7 @@ class Lakehouse(dg.ConfigurableResource):
         """How many rows match `where`."""
         return self._delta().count(self.uri(table), where=where)
 
-    def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int] | None:
+    def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int]:
         """(files in the partitions `where` selects, files in the table): what a write
         pinned to `where` may read, and what it skips."""
         return self._delta().partition_files(self.uri(table), where=where)

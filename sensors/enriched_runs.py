@@ -1,0 +1,104 @@
+"""Enriched run directories: registration, and recovery of runs stuck in the manifest.
+
+`enriched_run_directories` registers each finished run directory
+(`enriched/run=<id>/` holding the upstream writer's `_SUCCESS`) as a partition of
+`enriched_runs` and requests its `enriched_run` run (run key `enriched:<id>`: a directory
+is requested once). A directory still being written (no `_SUCCESS`) is not picked up.
+A tick lists the folder names and looks for `_SUCCESS` in unregistered ones only, so it
+stays cheap with thousands of registered directories.
+
+`stuck_enriched_runs` takes up a run left in NEW or PROCESSED (a crash, a failed load)
+for longer than `stuck_after_minutes` with no Dagster run in progress for it: it requests
+`enriched_run` again, whose steps recover (see `assets/warehouse/manifest/shredder.py`).
+The run key names the state and when the run entered it, so each stuck state is retried
+once by the sensor; a second failure waits for a person.
+"""
+
+import datetime as dt
+
+import dagster as dg
+
+from assets.warehouse import ManifestSettings, enriched_run_job, enriched_runs
+from assets.warehouse.manifest import load_manifest as manifest
+from assets.warehouse.manifest.enriched import ENRICHED_FOLDER, SUCCESS, run_folder, run_id_of
+from resources import Lakehouse, LandingZone
+
+IN_PROGRESS = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+MAX_LOGGED = 20
+
+
+@dg.sensor(
+    job=enriched_run_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING
+)
+def enriched_run_directories(
+    context: dg.SensorEvaluationContext, landing: LandingZone
+) -> dg.SensorResult:
+    """Registers finished enriched run directories and requests their runs."""
+    registered = set(context.instance.get_dynamic_partitions(enriched_runs.name))
+    new, misnamed = [], []
+    for name in landing.folders(ENRICHED_FOLDER):
+        run_id = run_id_of(name)
+        if run_id is None:
+            misnamed.append(name)
+        elif run_id not in registered and landing.exists(f"{run_folder(run_id)}/{SUCCESS}"):
+            new.append(run_id)
+    if misnamed:
+        context.log.warning(
+            f"not run directories (the layout is {ENRICHED_FOLDER}/run=YYYY-MM-DD-HH-MM-SS/): "
+            + ", ".join(misnamed[:MAX_LOGGED])
+        )
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(run_key=f"enriched:{r}", partition_key=r) for r in new],
+        dynamic_partitions_requests=[enriched_runs.build_add_request(new)] if new else [],
+    )
+
+
+def _in_progress(instance: dg.DagsterInstance, run_id: str) -> bool:
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(
+            job_name=enriched_run_job.name,
+            tags={"dagster/partition": run_id},
+            statuses=IN_PROGRESS,
+        ),
+        limit=1,
+    )
+    return bool(records)
+
+
+@dg.sensor(
+    job=enriched_run_job,
+    minimum_interval_seconds=300,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
+def stuck_enriched_runs(
+    context: dg.SensorEvaluationContext, lakehouse: Lakehouse, manifest_settings: ManifestSettings
+) -> dg.SensorResult:
+    """Requests `enriched_run` again for runs stuck in NEW or PROCESSED."""
+    cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=manifest_settings.stuck_after_minutes)
+    stuck = [
+        row
+        for row in manifest.read(lakehouse, states=[manifest.NEW, manifest.PROCESSED]).values()
+        if not row.to_skip and row.state_since <= cutoff
+    ]
+    requests = [
+        dg.RunRequest(
+            run_key=f"recover:{row.run_id}:{row.state}:{row.state_since.isoformat()}",
+            partition_key=row.run_id,
+            tags={"recovers": row.state},
+        )
+        for row in sorted(stuck, key=lambda r: r.run_id)
+        if not _in_progress(context.instance, row.run_id)
+    ]
+    registered = set(context.instance.get_dynamic_partitions(enriched_runs.name))
+    unregistered = sorted({r.partition_key for r in requests} - registered)
+    return dg.SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=(
+            [enriched_runs.build_add_request(unregistered)] if unregistered else []
+        ),
+    )
