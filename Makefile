@@ -49,6 +49,7 @@ bench: setup
 	$(PY) benchmarks/payments.py
 	$(PY) benchmarks/sessions.py
 	$(PY) benchmarks/user_events.py
+	$(PY) benchmarks/manifest.py
 
 # Benchmarks that start a standalone cluster (and a Spark Connect server) themselves.
 bench-cluster: setup

@@ -178,9 +178,12 @@ def shred(
 ) -> Shredded:
     """Stage the runs' events and move them to PROCESSED (see the module). Runs flagged
     to_skip are left alone; runs past NEW are done."""
-    manifest.add(lakehouse, run_ids, by=by, metadata=metadata)
-    on_step("added")
     rows = manifest.read(lakehouse, run_ids)
+    unknown = [run_id for run_id in run_ids if run_id not in rows]
+    if unknown:
+        manifest.add(lakehouse, unknown, by=by, metadata=metadata)
+        rows = manifest.read(lakehouse, run_ids)
+    on_step("added")
     result = Shredded()
     pending = []
     for run_id in run_ids:

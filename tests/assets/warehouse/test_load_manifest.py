@@ -172,8 +172,10 @@ def test_replays_and_copies_change_nothing(lakehouse, write_run, run_job):
     versions = {t: lakehouse.version(warehouse_table(t)) for t in ("page_view", "purchase")}
     before = {t: warehouse_rows(lakehouse, t) for t in versions}
     assert len(before["page_view"]) == 1  # two identical copies are one event
+    manifest_version = lakehouse.version(manifest.LOAD_MANIFEST)
     replay = run_job([RUN_A])
     assert replay.success
+    assert lakehouse.version(manifest.LOAD_MANIFEST) == manifest_version
     assert {t: lakehouse.version(warehouse_table(t)) for t in versions} == versions
     assert {t: warehouse_rows(lakehouse, t) for t in versions} == before
     loaded = replay.asset_materializations_for_node("warehouse_events")[0].metadata
