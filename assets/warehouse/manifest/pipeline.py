@@ -12,6 +12,7 @@ import dagster as dg
 
 from assets.materialization import commit_metadata
 from assets.warehouse.manifest import load_manifest as manifest
+from assets.warehouse.manifest.enriched import RUN_PREFIX, run_id_of
 from assets.warehouse.manifest.loader import DEFAULT_EVENT_TABLES, load, warehouse_table
 from assets.warehouse.manifest.shredder import shred, stage_table
 from resources import Lakehouse, LandingZone, SparkResource
@@ -150,6 +151,11 @@ class SkipRunConfig(dg.Config):
 def flag_enriched_run(
     context: dg.OpExecutionContext, config: SkipRunConfig, lakehouse: Lakehouse
 ) -> None:
+    if run_id_of(f"{RUN_PREFIX}{config.run_id}") is None:
+        raise ValueError(
+            f"{config.run_id!r} is not a run id: give the directory's YYYY-MM-DD-HH-MM-SS "
+            "(without run=)"
+        )
     row = manifest.flag_to_skip(
         lakehouse,
         config.run_id,

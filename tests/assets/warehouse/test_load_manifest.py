@@ -225,6 +225,16 @@ def test_a_run_flagged_to_skip_is_never_processed_or_loaded(
     assert not refused.success
     assert "already LOADED" in str(refused.get_step_failure_events()[0].event_specific_data.error)
     assert state(lakehouse, RUN_B).to_skip is False
+    not_an_id = skip_enriched_run.execute_in_process(
+        run_config={"ops": {"flag_enriched_run": {"config": {"run_id": "2024'/../x"}}}},
+        resources={"lakehouse": resources["lakehouse"]},
+        instance=instance,
+        raise_on_error=False,
+    )
+    assert "is not a run id" in str(
+        not_an_id.get_step_failure_events()[0].event_specific_data.error
+    )
+    assert set(manifest.read(lakehouse)) == {RUN_A, RUN_B}
 
 
 def test_an_unknown_event_type_refuses_its_run_and_names_the_type(lakehouse, write_run, run_job):
