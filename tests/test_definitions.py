@@ -103,6 +103,9 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "enriched_run",
         "skip_enriched_run",
     } <= jobs
+    # A refusal of bad input is not retried by the instance; a dead run process is.
+    for name in ("enriched_run", "event_batch"):
+        assert defs.resolve_job_def(name).tags["dagster/retry_on_asset_or_op_failure"] == "false"
     assert [s.name for s in defs.sensors] == [
         "visits_late_files",
         "telemetry_files",

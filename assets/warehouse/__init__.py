@@ -5,6 +5,7 @@ enriched run directories shredded and loaded through a load manifest (`manifest/
 import dagster as dg
 
 from assets.warehouse.manifest.pipeline import (
+    NO_RETRY_ON_REFUSAL,
     ManifestSettings,
     enriched_run_job,
     enriched_runs,
@@ -25,6 +26,7 @@ event_batch_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(user_events_staging, user_events),
     partitions_def=event_batches,
     description="Stage, audit and publish one event batch (write-audit-publish).",
+    tags=NO_RETRY_ON_REFUSAL,
 )
 jobs = [event_batch_job, enriched_run_job, skip_enriched_run]
 

@@ -18,6 +18,9 @@ from assets.warehouse.manifest.shredder import shred, stage_table
 from resources import Lakehouse, LandingZone, SparkResource
 
 enriched_runs = dg.DynamicPartitionsDefinition(name="enriched_runs")
+NO_RETRY_ON_REFUSAL = {"dagster/retry_on_asset_or_op_failure": "false"}
+"""A refused input fails the same way every time: the instance's run retries are kept for
+runs whose process died (run monitoring), not spent on step failures."""
 MAX_LISTED = 20
 
 
@@ -138,6 +141,7 @@ enriched_run_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(shredded_events, warehouse_events),
     partitions_def=enriched_runs,
     description="Stage (shred) and load one enriched run directory, through the load manifest.",
+    tags=NO_RETRY_ON_REFUSAL,
 )
 
 
