@@ -22,15 +22,11 @@ import os
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import dagster as dg  # noqa: E402
-
-# The assets' single-run backfill policy is a beta parameter of Dagster's.
-warnings.filterwarnings("ignore", category=dg.BetaWarning)
 
 from assets.warehouse import ManifestSettings, enriched_runs  # noqa: E402
 from assets.warehouse.manifest import load_manifest as manifest  # noqa: E402
