@@ -1,19 +1,28 @@
 """Table maintenance jobs for every Delta table: restore to an earlier version, vacuum,
 compact small files."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import dagster as dg
 
 from assets.immutable.proxy import SnapshotError, referenced_snapshots
-from assets.materialization import DELTA_VERSION, TABLE_NAME, commit_metadata
+from assets.materialization import (
+    DELTA_VERSION,
+    PARTITION_SLICE,
+    TABLE_NAME,
+    commit_metadata,
+    slice_predicate,
+)
 from assets.transactional_writer import mark_restored
 from resources import Lakehouse
+from resources.lakehouse.predicates import Predicate
 
 
 class RestoreTableConfig(dg.Config):
-    """Either `table` + `version`, or `asset_key` (+ `partition`): the table is restored
-    to the version just before that materialization's commit."""
+    """Either `table` + `version` (the whole table moves), or `asset_key` (+ `partition`):
+    back to the version just before that materialization's commit. A partition that is a
+    slice of its table (a day of `visits_daily`) is restored alone; otherwise the whole
+    table moves, and every partition whose commits it undid is reported."""
 
     table: str = ""
     version: int | None = None
@@ -33,6 +42,9 @@ class RestoreTarget:
     table: str
     version: int
     reason: str
+    where: Predicate | None = None
+    """The partition's rows, when only they are restored."""
+    partition_slice: dg.JsonMetadataValue | None = None
 
 
 def restore_target_version(table: str, written_version: int, *, what: str) -> RestoreTarget:
@@ -79,52 +91,95 @@ def resolve_restore_target(
     table = metadata[TABLE_NAME].value
     if config.table and config.table != table:
         raise RestoreRequestError(f"the latest {what} wrote {table!r}, not {config.table!r}")
-    return restore_target_version(table, int(metadata[DELTA_VERSION].value), what=f"latest {what}")
+    target = restore_target_version(
+        table, int(metadata[DELTA_VERSION].value), what=f"latest {what}"
+    )
+    if config.partition:
+        return replace(
+            target,
+            where=slice_predicate(metadata),
+            partition_slice=metadata.get(PARTITION_SLICE),
+        )
+    return target
+
+
+def _undone_partitions(undone: list[dict]) -> list[tuple[str, str]]:
+    """(asset key, partition key) of the commits a restore undid, as they recorded them."""
+    return sorted(
+        {
+            (str(meta["asset_key"]), str(meta["partition_key"]))
+            for meta in undone
+            if meta.get("asset_key") and meta.get("partition_key")
+        }
+    )
 
 
 @dg.op
 def restore_delta_table(
     context: dg.OpExecutionContext, config: RestoreTableConfig, lakehouse: Lakehouse
 ) -> dg.Output[None]:
-    """Restore a table to an earlier version as a new commit; refuses, changing no table
-    data, if that version's files were vacuumed."""
+    """Restore a table, or one partition's rows, to an earlier version as a new commit;
+    refuses, changing no table data, if that version's files were vacuumed."""
     target = resolve_restore_target(config, context.instance)
-    # Partitions whose transactional commits the restore undoes get a new input version
-    # first, so that their next run writes again (RESTORE keeps app transactions). Marked
-    # before the restore: a crash in between costs one needless rewrite, never a skip.
     current = lakehouse.version(target.table) or 0
+    undone = [
+        entry.metadata
+        for entry in lakehouse.history(target.table, limit=max(current - target.version, 1))
+        if entry.version > target.version
+    ]
+    if target.where is not None:
+        # Only this partition's rows move: only its commits are undone.
+        undone = [meta for meta in undone if meta.get("partition_key") == config.partition]
+    # Partitions whose transactional commits the restore undoes get a new input version
+    # first, so that their next run writes again (a restore keeps app transactions).
+    # Marked before the restore: a crash in between costs one needless rewrite, never a
+    # skip.
     rewritable = mark_restored(
         lakehouse,
         target.table,
-        undone=[
-            entry.metadata
-            for entry in lakehouse.history(target.table, limit=max(current - target.version, 1))
-            if entry.version > target.version
-        ],
+        undone=undone,
         run_id=context.run_id,
         note=f"{target.table} restored to version {target.version} by run {context.run_id}",
     )
-    result = lakehouse.restore(
-        target.table,
-        target.version,
-        metadata=commit_metadata(
-            context, partition_key=config.partition or None, restored_to=target.version
-        ),
+    metadata = commit_metadata(
+        context, partition_key=config.partition or None, restored_to=target.version
     )
+    if target.where is None:
+        result = lakehouse.restore(target.table, target.version, metadata=metadata)
+        scope = "the whole table"
+    else:
+        result = lakehouse.restore_where(
+            target.table, target.version, where=target.where, metadata=metadata
+        )
+        scope = f"partition {config.partition} ({target.where.render(lakehouse.dialect)})"
+    moved = _undone_partitions(undone)
     context.log.info(
-        f"restored {target.table} to version {target.version} ({target.reason}) "
-        f"as version {result.version}; partitions whose commits it undid, which their next "
-        f"run writes again: {', '.join(rewritable) or 'none'}"
+        f"restored {scope} of {target.table} to version {target.version} ({target.reason}) "
+        f"as version {result.version}; partitions moved back: "
+        f"{', '.join(f'{a} {p}' for a, p in moved) or 'none'}; partitions whose next run "
+        f"writes again: {', '.join(rewritable) or 'none'}"
     )
-    if config.asset_key:
+    # Each moved partition is reported as materialized by the restore, at the restored
+    # content's version: Dagster shows it changed, and that it needs a re-run to come
+    # forward again. A restore of it undoes the restore.
+    for asset_key, partition_key in moved:
         context.log_event(
-            dg.AssetObservation(
-                asset_key=dg.AssetKey.from_user_string(config.asset_key),
-                partition=config.partition or None,
+            dg.AssetMaterialization(
+                asset_key=dg.AssetKey.from_user_string(asset_key),
+                partition=partition_key,
+                description=f"restored to version {target.version} by restore_table: "
+                "materialize this partition again to bring it forward",
                 metadata={
                     TABLE_NAME: target.table,
-                    "restored_to_version": target.version,
                     DELTA_VERSION: result.version,
+                    "restored_to_version": target.version,
+                    "restore_scope": scope,
+                    "needs_rerun": True,
+                    **(
+                        {PARTITION_SLICE: target.partition_slice}
+                        if target.partition_slice is not None
+                        else {}
+                    ),
                 },
             )
         )
@@ -135,6 +190,8 @@ def restore_delta_table(
             "restored_to_version": target.version,
             DELTA_VERSION: result.version,
             "reason": target.reason,
+            "restore_scope": scope,
+            "partitions_moved": ", ".join(f"{a} {p}" for a, p in moved),
             "rewritten_by_next_run": ", ".join(rewritable),
         },
     )
@@ -142,8 +199,9 @@ def restore_delta_table(
 
 @dg.job(
     description="Roll a Delta table back to a version, or to just before a materialization "
-    "(asset_key + partition). The whole table moves: later commits of other partitions "
-    "are undone too."
+    "(asset_key + partition). A partition that is a slice of its table (a day of "
+    "visits_daily) moves alone; otherwise the whole table moves and every partition it "
+    "moved is reported as restored, to be materialized again."
 )
 def restore_table() -> None:
     restore_delta_table()

@@ -7,6 +7,7 @@ metadata makes them visible in the UI and lets the restore job find a partition'
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,12 +15,33 @@ import dagster as dg
 
 from resources.lakehouse import CommitResult, Lakehouse
 from resources.lakehouse.port import normalize_metrics
+from resources.lakehouse.predicates import Predicate, eq
 from resources.landing import Fingerprint, sources_digest
 
 SOURCE_DIGEST = "source_digest"
 DELTA_VERSION = "delta_version"
 TABLE_NAME = "table_name"
 SKIPPED = "skipped"
+PARTITION_SLICE = "partition_slice"
+
+
+def partition_slice(column: str, value: dt.date | str) -> dict[str, Any]:
+    """Metadata of a partition that is exactly the table's rows where `column = value`
+    (what its write replaces): `restore_table` restores such a partition alone."""
+    kind = "date" if isinstance(value, dt.date) else "string"
+    text = value.isoformat() if isinstance(value, dt.date) else value
+    return {PARTITION_SLICE: dg.MetadataValue.json({"column": column, "type": kind, "value": text})}
+
+
+def slice_predicate(metadata: Mapping[str, Any]) -> Predicate | None:
+    """The rows a materialization's partition is, from its `partition_slice` metadata
+    (None: the partition is not a slice of its table)."""
+    entry = metadata.get(PARTITION_SLICE)
+    if entry is None:
+        return None
+    spec = entry.value
+    value = dt.date.fromisoformat(spec["value"]) if spec["type"] == "date" else spec["value"]
+    return eq(spec["column"], value)
 
 
 def commit_metadata(

@@ -12,7 +12,7 @@ from typing import Any
 
 import dagster as dg
 
-from assets.materialization import commit_metadata
+from assets.materialization import commit_metadata, partition_slice
 from assets.overwriting.calendar import parse_day
 from assets.overwriting.visit_first_seen import record_first_seen
 from assets.overwriting.visits_source import parse_landed_visits
@@ -83,6 +83,6 @@ def visits_daily(
             table=VISITS_DAILY,
             partition_key=context.partition_key,
             sources=parsed.sources,
-            extra=parsed.facts(),
+            extra={**parsed.facts(), **partition_slice("event_date", day)},
         )
     )

@@ -303,6 +303,25 @@ class Lakehouse(dg.ConfigurableResource):
     ) -> port.CommitResult:
         """Make `version`'s content current again, as a new commit. Refuses, changing
         nothing, when files of that version were vacuumed."""
+        self._require_restorable(table, version)
+        return self._commit(
+            table, metadata, lambda uri, meta: self._delta().restore(uri, version, metadata=meta)
+        )
+
+    def restore_where(
+        self, table: str, version: int, *, where: Predicate, metadata: Mapping[str, Any]
+    ) -> port.CommitResult:
+        """Make `version`'s rows that match `where` current again and leave every other
+        row as it is: those rows, read as of `version`, replace the matching ones in one
+        commit (replaceWhere). Delta's RESTORE moves a whole table; this is for tables
+        whose partitions are separate units (a day of visits), where undoing one must not
+        undo the others. Refuses, changing nothing, when files of that version were
+        vacuumed."""
+        self._require_restorable(table, version)
+        rows = self.read(table, version=version, where=where)
+        return self.overwrite(table, rows, where=where, metadata=metadata)
+
+    def _require_restorable(self, table: str, version: int) -> None:
         missing = self.missing_files(table, version)
         if missing:
             raise port.VersionUnavailableError(
@@ -312,9 +331,6 @@ class Lakehouse(dg.ConfigurableResource):
                 f"({self._last_vacuum(table)}); versions older than that retention "
                 "boundary can no longer be restored",
             )
-        return self._commit(
-            table, metadata, lambda uri, meta: self._delta().restore(uri, version, metadata=meta)
-        )
 
     def compact(
         self,

@@ -47,6 +47,19 @@ def two_materializations(resources, instance, write_visits):
     return materialize_twice(resources, instance, write_visits)
 
 
+def reported(result: dg.ExecuteInProcessResult) -> list[tuple[str, str, bool]]:
+    """The materializations a restore reported: (asset, partition, needs_rerun)."""
+    return [
+        (
+            e.asset_key.to_user_string(),
+            e.event_specific_data.materialization.partition,
+            e.event_specific_data.materialization.metadata["needs_rerun"].value,
+        )
+        for e in result.all_events
+        if e.event_type_value == "ASSET_MATERIALIZATION"
+    ]
+
+
 def test_restore_to_just_before_a_partitions_materialization(
     resources, instance, lakehouse, two_materializations
 ):
@@ -59,9 +72,83 @@ def test_restore_to_just_before_a_partitions_materialization(
     )
     assert rows(lakehouse) == two_materializations
     assert lakehouse.version(VISITS_DAILY) == 3  # 0: created empty, 1, 2: the two runs
+    assert reported(result) == [("visits_daily", DAY.isoformat(), True)]
+    # The partition's next run writes again (the restore undid its committed input).
+    dg.materialize(
+        [visits_daily], partition_key=DAY.isoformat(), resources=resources, instance=instance
+    )
+    assert "bad-batch" in rows(lakehouse)
+
+
+def test_restoring_one_partition_leaves_the_others_as_they_are(
+    resources, instance, lakehouse, write_visits
+):
+    """The defect this guards against: restoring one day rolled the whole table back, and
+    other days lost their later commits while Dagster still showed them current."""
+    other = DAY + dt.timedelta(days=1)
+    write_visits(DAY, "a.jsonl", day_of_visits(DAY, 3))
+    write_visits(other, "a.jsonl", day_of_visits(other, 2))
+    for day in (DAY, other):
+        dg.materialize(
+            [visits_daily], partition_key=day.isoformat(), resources=resources, instance=instance
+        )
+    good_day = rows(lakehouse)
+    write_visits(DAY, "b.jsonl", [visit("bad", dt.datetime(2024, 3, 4, 9, tzinfo=dt.UTC))])
+    write_visits(other, "b.jsonl", [visit("late", dt.datetime(2024, 3, 5, 9, tzinfo=dt.UTC))])
+    for day in (DAY, other):
+        dg.materialize(
+            [visits_daily], partition_key=day.isoformat(), resources=resources, instance=instance
+        )
+    version = lakehouse.version(VISITS_DAILY)
+    result = run_job(
+        restore_table,
+        instance,
+        resources,
+        {"asset_key": "visits_daily", "partition": DAY.isoformat()},
+    )
+    assert rows(lakehouse) == sorted([*good_day, "late"])
+    assert lakehouse.version(VISITS_DAILY) == version + 1  # one commit
+    assert reported(result) == [("visits_daily", DAY.isoformat(), True)]
+    [restored] = [
+        e.event_specific_data.materialization.metadata
+        for e in result.all_events
+        if e.event_type_value == "ASSET_MATERIALIZATION"
+    ]
+    assert restored["restore_scope"].value.startswith(f"partition {DAY.isoformat()}")
+    assert restored["delta_version"].value == version + 1
+    # Restoring it again undoes the restore: the bad batch is back, the other day too.
+    run_job(
+        restore_table,
+        instance,
+        resources,
+        {"asset_key": "visits_daily", "partition": DAY.isoformat()},
+    )
+    assert rows(lakehouse) == sorted([*good_day, "bad", "late"])
+
+
+def test_a_whole_table_restore_reports_every_partition_it_moved(
+    resources, instance, lakehouse, write_visits
+):
+    other = DAY + dt.timedelta(days=1)
+    write_visits(DAY, "a.jsonl", day_of_visits(DAY, 3))
+    dg.materialize(
+        [visits_daily], partition_key=DAY.isoformat(), resources=resources, instance=instance
+    )
+    version = lakehouse.version(VISITS_DAILY)
+    write_visits(other, "a.jsonl", day_of_visits(other, 2))
+    write_visits(DAY, "b.jsonl", [visit("bad", dt.datetime(2024, 3, 4, 9, tzinfo=dt.UTC))])
+    for day in (other, DAY):
+        dg.materialize(
+            [visits_daily], partition_key=day.isoformat(), resources=resources, instance=instance
+        )
+    result = run_job(
+        restore_table, instance, resources, {"table": VISITS_DAILY, "version": version}
+    )
+    assert sorted(reported(result)) == [
+        ("visits_daily", DAY.isoformat(), True),
+        ("visits_daily", other.isoformat(), True),
+    ]
     assert lakehouse.history(VISITS_DAILY, limit=1)[0].operation == "RESTORE"
-    [observation] = [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
-    assert observation.asset_key == dg.AssetKey("visits_daily")
 
 
 def test_restore_to_an_explicit_version(resources, instance, lakehouse, two_materializations):
@@ -113,7 +200,8 @@ def test_the_jobs_restore_and_vacuum_a_table_on_the_object_store(
         {"asset_key": "visits_daily", "partition": DAY.isoformat()},
     )
     assert rows(s3_lakehouse) == good
-    assert s3_lakehouse.history(VISITS_DAILY, limit=1)[0].operation == "RESTORE"
+    # The day alone was restored: its rows as of version 1, written back with replaceWhere.
+    assert s3_lakehouse.history(VISITS_DAILY, limit=1)[0].metadata["restored_to"] == 1
     assert not s3_lakehouse.missing_files(VISITS_DAILY, 2)
     run_job(vacuum_table, instance, resources, {"table": VISITS_DAILY, "retention_hours": 0})
     assert s3_lakehouse.missing_files(VISITS_DAILY, 2)  # the bad batch's files are gone

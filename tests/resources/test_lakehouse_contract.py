@@ -186,6 +186,21 @@ def test_restore_brings_back_an_earlier_version_as_a_new_commit(lake):
     assert rows(lake, "t") == [("a", 1, "x")]
 
 
+def test_restore_where_moves_only_the_rows_it_names(lake):
+    """One day back to an earlier version while the other day keeps its later commit; a
+    day the version did not hold is emptied."""
+    day = [dt.date(2024, 1, d) for d in (1, 2, 3)]
+    lake.append("t", devices([("a", 1, "x"), ("b", 2, "y")]), metadata=META, partition_by=["day"])
+    lake.overwrite("t", devices([("a", 1, "x2")]), where=eq("day", day[0]), metadata=META)
+    lake.overwrite("t", devices([("b", 2, "y2")]), where=eq("day", day[1]), metadata=META)
+    lake.append("t", devices([("c", 3, "z")]), metadata=META)
+    result = lake.restore_where("t", 0, where=eq("day", day[0]), metadata=META)
+    assert result.version == 4
+    assert rows(lake, "t") == [("a", 1, "x"), ("b", 2, "y2"), ("c", 3, "z")]
+    lake.restore_where("t", 0, where=eq("day", day[2]), metadata=META)
+    assert rows(lake, "t") == [("a", 1, "x"), ("b", 2, "y2")]
+
+
 def test_history_returns_commit_metadata_newest_first(lake):
     lake.append("t", devices([("a", 1, "x")]), metadata={**META, "partition_key": "2024-01-01"})
     lake.overwrite("t", devices([("b", 2, "y")]), metadata={**META, "source_digest": "abc"})
