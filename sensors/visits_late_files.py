@@ -1,10 +1,13 @@
-"""The late-file sensor for the visits source.
+"""The visits file sensor: new days and weeks, and late files for materialized ones.
 
 It never starts Spark: it lists the landing zone, hashes only files whose size or mtime
 moved (the cursor remembers the rest), and compares each touched partition's source
-digest with the digest its latest materialization recorded. Only partitions whose input
-really changed get a run; run keys carry that digest, so a re-notified file can never
-launch the same work twice.
+digest with the digest its latest materialization recorded. A partition never
+materialized is new and gets its first run; a materialized one gets a run only when its
+input really changed. Run keys carry that digest, so a re-notified file can never launch
+the same work twice. A file of a day or week whose partition does not exist yet (today,
+the current week) is kept out of the cursor, so it is looked at again until its
+partition exists and is requested then.
 """
 
 from collections.abc import Callable, Iterable, Mapping
@@ -13,7 +16,12 @@ from dataclasses import dataclass
 import dagster as dg
 
 from assets.materialization import SOURCE_DIGEST
-from assets.overwriting import visits_daily_job, visits_weekly_job
+from assets.overwriting import (
+    daily_partitions,
+    visits_daily_job,
+    visits_weekly_job,
+    weekly_partitions,
+)
 from assets.overwriting.calendar import day_of_file, week_start
 from resources import LandingZone
 from resources.landing import Fingerprint, sources_digest
@@ -22,6 +30,7 @@ from sensors.fingerprints import dump_fingerprints, load_fingerprints
 VISITS_DAILY = dg.AssetKey("visits_daily")
 VISITS_WEEKLY = dg.AssetKey("visits_weekly")
 JOB_FOR_ASSET = {VISITS_DAILY: visits_daily_job.name, VISITS_WEEKLY: visits_weekly_job.name}
+PARTITIONS = {VISITS_DAILY: daily_partitions, VISITS_WEEKLY: weekly_partitions}
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,8 @@ class DirtyPartition:
     partition_key: str
     digest: str
     changed_files: tuple[str, ...]
+    new: bool
+    """Never materialized before."""
 
     @property
     def run_key(self) -> str:
@@ -62,9 +73,8 @@ def dirty_partitions(
     current: Mapping[str, Fingerprint],
     recorded_digest: Callable[[dg.AssetKey, str], str | None],
 ) -> list[DirtyPartition]:
-    """Partitions touched by `changed` files whose input now differs from what their latest
-    materialization read. Never-materialized partitions are left to the backfill that
-    first builds them."""
+    """Partitions touched by `changed` files that were never materialized, or whose input
+    now differs from what their latest materialization read."""
     touched: dict[tuple[dg.AssetKey, str], list[str]] = {}
     for path in changed:
         for partition in partitions_of(path):
@@ -80,12 +90,24 @@ def dirty_partitions(
         touched.items(), key=lambda item: (item[0][0].to_user_string(), item[0][1])
     ):
         recorded = recorded_digest(asset_key, partition_key)
-        if recorded is None:
-            continue
         digest = sources_digest(inputs[(asset_key, partition_key)])
+        if recorded is None and not inputs[(asset_key, partition_key)]:
+            continue  # a removed file of a partition never built: nothing to build
         if digest != recorded:
-            dirty.append(DirtyPartition(asset_key, partition_key, digest, tuple(sorted(paths))))
+            dirty.append(
+                DirtyPartition(
+                    asset_key, partition_key, digest, tuple(sorted(paths)), recorded is None
+                )
+            )
     return dirty
+
+
+def not_yet_partitioned(path: str) -> bool:
+    """Whether the file belongs to a day or week whose partition does not exist yet."""
+    return any(
+        not PARTITIONS[asset_key].has_partition_key(partition_key)
+        for asset_key, partition_key in partitions_of(path)
+    )
 
 
 def latest_recorded_digest(
@@ -110,8 +132,8 @@ def latest_recorded_digest(
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def visits_late_files(context: dg.SensorEvaluationContext, landing: LandingZone) -> dg.SensorResult:
-    """Re-materializes only the days and weeks whose landed visits files changed after
-    they were materialized (new, rewritten or removed files)."""
+    """Materializes new days and weeks of visits files, and re-materializes only the
+    materialized ones whose files changed (new, rewritten or removed files)."""
     previous, _ = load_fingerprints(context.cursor)
     current = {
         stat.path: landing.fingerprint(stat, previous)
@@ -121,7 +143,13 @@ def visits_late_files(context: dg.SensorEvaluationContext, landing: LandingZone)
     unplaced = sorted(p for p in changed if day_of_file(p) is None and p in current)
     if unplaced:
         context.log.warning(f"ignoring files outside visits/date=YYYY-MM-DD/: {unplaced[:5]}")
-    dirty = dirty_partitions(changed, current, latest_recorded_digest(context.instance))
+    waiting = {path for path in current if not_yet_partitioned(path)}
+    recorded = latest_recorded_digest(context.instance)
+    dirty = [
+        partition
+        for partition in dirty_partitions(changed, current, recorded)
+        if PARTITIONS[partition.asset_key].has_partition_key(partition.partition_key)
+    ]
     return dg.SensorResult(
         run_requests=[
             dg.RunRequest(
@@ -129,11 +157,11 @@ def visits_late_files(context: dg.SensorEvaluationContext, landing: LandingZone)
                 job_name=JOB_FOR_ASSET[partition.asset_key],
                 partition_key=partition.partition_key,
                 tags={
-                    "visits/trigger": "late-file",
+                    "visits/trigger": "new-partition" if partition.new else "late-file",
                     "visits/changed_files": ",".join(partition.changed_files)[:1000],
                 },
             )
             for partition in dirty
         ],
-        cursor=dump_fingerprints(current),
+        cursor=dump_fingerprints({p: f for p, f in current.items() if p not in waiting}),
     )

@@ -57,8 +57,6 @@ def test_unchanged_and_renotified_files_launch_nothing(instance, landing, materi
 def test_a_late_file_requests_only_its_day_and_week(instance, landing, write_visits, materialized):
     cursor = tick(instance, landing).cursor
     write_visits(DAYS[1], "late.jsonl", [visit("late", dt.datetime(2024, 4, 2, 7, tzinfo=dt.UTC))])
-    # A file for a day never materialized is left to its first backfill.
-    write_visits(dt.date(2024, 5, 1), "new.jsonl", day_of_visits(dt.date(2024, 5, 1), 1))
     result = tick(instance, landing, cursor)
     assert requested(result) == [
         ("visits_daily_job", "2024-04-02"),
@@ -102,3 +100,29 @@ def test_a_removed_file_dirties_its_partitions(instance, landing, materialized):
         ("visits_daily_job", "2024-04-01"),
         ("visits_weekly_job", "2024-04-01"),
     ]
+
+
+def test_a_day_never_materialized_is_requested_once_its_partition_exists(
+    resources, instance, landing, write_visits, materialized
+):
+    """The defect this guards against: a file for a day that was never materialized
+    launched nothing, ever."""
+    cursor = tick(instance, landing).cursor
+    new_day = dt.date(2024, 5, 1)
+    write_visits(new_day, "new.jsonl", day_of_visits(new_day, 1))
+    today = dt.datetime.now(dt.UTC).date()
+    write_visits(today, "today.jsonl", day_of_visits(today, 1))
+    result = tick(instance, landing, cursor)
+    # Today is no partition yet (daily partitions end with yesterday): it waits.
+    assert requested(result) == [
+        ("visits_daily_job", "2024-05-01"),
+        ("visits_weekly_job", "2024-04-29"),
+    ]
+    assert {r.tags["visits/trigger"] for r in result.run_requests} == {"new-partition"}
+    assert f"date={today}" not in result.cursor  # looked at again on every tick
+    again = tick(instance, landing, result.cursor)
+    assert again.run_requests == []
+    dg.materialize(
+        [visits_daily], partition_key="2024-05-01", resources=resources, instance=instance
+    )
+    assert requested(tick(instance, landing, result.cursor)) == []
