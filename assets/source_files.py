@@ -213,3 +213,14 @@ def instant(text: Column) -> Column:
     """An ISO-8601 text that states its offset, as the instant it names (a timestamp,
     compared and stored in UTC); null when the text has no offset or names no instant."""
     return F.when(text.rlike(OFFSET_SUFFIX), text.try_cast("timestamp"))
+
+
+def json_kind(record: Column, field: str) -> Column:
+    """The JSON type of a top-level field of a VARIANT object (`STRING`, `OBJECT`, ...;
+    `VOID` for null; null when the field is absent)."""
+    return F.schema_of_variant(F.try_variant_get(record, f"$.{field}", "variant"))
+
+
+def json_text(record: Column, field: str) -> Column:
+    """A top-level field of a VARIANT object as text."""
+    return F.try_variant_get(record, f"$.{field}", "string")

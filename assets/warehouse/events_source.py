@@ -42,6 +42,8 @@ from assets.source_files import (
     file_facts,
     first_problems,
     instant,
+    json_kind,
+    json_text,
     read_lines,
 )
 from resources.landing import FileStat, Fingerprint, LandingZone
@@ -80,16 +82,6 @@ class ParsedBatch:
     lines_read: int
 
 
-def _json_type(record: Column, field: str) -> Column:
-    """The JSON type of a top-level field of a VARIANT object (`VOID` for null, null when
-    the field is absent)."""
-    return F.schema_of_variant(F.try_variant_get(record, f"$.{field}", "variant"))
-
-
-def _text(record: Column, field: str) -> Column:
-    return F.try_variant_get(record, f"$.{field}", "string")
-
-
 def _problem(record: Column, payload: Column) -> Column:
     check = (
         F.when(F.col("read_problem").isNotNull(), F.col("read_problem"))
@@ -98,28 +90,30 @@ def _problem(record: Column, payload: Column) -> Column:
         .when(~F.schema_of_variant(record).startswith("OBJECT"), F.lit("line is not a JSON object"))
     )
     for field in TEXT_FIELDS:
-        kind = _json_type(record, field)
+        kind = json_kind(record, field)
         check = check.when(
-            kind.isNull() | (kind == "VOID") | (F.trim(_text(record, field)) == ""),
+            kind.isNull() | (kind == "VOID") | (F.trim(json_text(record, field)) == ""),
             F.lit(f"missing required field '{field}'"),
         ).when(
             kind != "STRING",
             F.concat(F.lit(f"field '{field}' is "), kind, F.lit(", not text")),
         )
     for field in ("event_id", "op"):
-        kind = _json_type(record, field)
+        kind = json_kind(record, field)
         check = check.when(
             kind.isNotNull() & (kind != "VOID") & (kind != "STRING"),
             F.concat(F.lit(f"field '{field}' is "), kind, F.lit(", not text")),
         )
     check = check.when(
-        (F.trim(_text(record, "event_id")) == ""), F.lit("field 'event_id' is empty")
+        (F.trim(json_text(record, "event_id")) == ""), F.lit("field 'event_id' is empty")
     )
     for field in ("event_timestamp", "ingestion_time"):
         check = check.when(
-            instant(_text(record, field)).isNull(),
+            instant(json_text(record, field)).isNull(),
             F.concat(
-                F.lit(f"{field} '"), _text(record, field), F.lit("' is not ISO-8601 with an offset")
+                F.lit(f"{field} '"),
+                json_text(record, field),
+                F.lit("' is not ISO-8601 with an offset"),
             ),
         )
     kind = F.schema_of_variant(payload)
@@ -130,9 +124,9 @@ def _problem(record: Column, payload: Column) -> Column:
             F.concat(F.lit("field 'payload' is "), kind, F.lit(", not a JSON object")),
         )
         .when(
-            ~F.coalesce(_text(record, "op"), F.lit("upsert")).isin(*OPS),
+            ~F.coalesce(json_text(record, "op"), F.lit("upsert")).isin(*OPS),
             F.concat(
-                F.lit("op '"), _text(record, "op"), F.lit(f"' is not one of {', '.join(OPS)}")
+                F.lit("op '"), json_text(record, "op"), F.lit(f"' is not one of {', '.join(OPS)}")
             ),
         )
     )
@@ -179,12 +173,12 @@ def parse_batch(
         events = (
             parsed.where(F.col("source_line").isNotNull())
             .select(
-                _text(rec, "event_id").alias("given_id"),
-                _text(rec, "user_id").alias("user_id"),
-                instant(_text(rec, "event_timestamp")).alias("event_timestamp"),
-                instant(_text(rec, "ingestion_time")).alias("ingestion_time"),
+                json_text(rec, "event_id").alias("given_id"),
+                json_text(rec, "user_id").alias("user_id"),
+                instant(json_text(rec, "event_timestamp")).alias("event_timestamp"),
+                instant(json_text(rec, "ingestion_time")).alias("ingestion_time"),
                 F.to_json(F.col("payload_v")).alias("payload"),
-                F.coalesce(_text(rec, "op"), F.lit("upsert")).alias("op"),
+                F.coalesce(json_text(rec, "op"), F.lit("upsert")).alias("op"),
                 "source_file",
                 "source_line",
             )

@@ -31,6 +31,8 @@ from assets.source_files import (
     empty_files,
     file_facts,
     first_problems,
+    json_kind,
+    json_text,
     read_lines,
 )
 from resources.landing import FileStat, Fingerprint, LandingZone
@@ -79,14 +81,6 @@ class ParsedRuns:
     sources: list[Fingerprint]
 
 
-def _text(record: Column, field: str) -> Column:
-    return F.try_variant_get(record, f"$.{field}", "string")
-
-
-def _kind(record: Column, field: str) -> Column:
-    return F.schema_of_variant(F.try_variant_get(record, f"$.{field}", "variant"))
-
-
 def _problem(record: Column) -> Column:
     check = (
         F.when(F.col("read_problem").isNotNull(), F.col("read_problem"))
@@ -95,16 +89,16 @@ def _problem(record: Column) -> Column:
         .when(~F.schema_of_variant(record).startswith("OBJECT"), F.lit("line is not a JSON object"))
     )
     for field in ("event_type", "event_id"):
-        kind = _kind(record, field)
+        kind = json_kind(record, field)
         check = check.when(
-            kind.isNull() | (kind == "VOID") | (F.trim(_text(record, field)) == ""),
+            kind.isNull() | (kind == "VOID") | (F.trim(json_text(record, field)) == ""),
             F.lit(f"missing required field '{field}'"),
         ).when(kind != "STRING", F.concat(F.lit(f"field '{field}' is "), kind, F.lit(", not text")))
     return check.when(
-        ~_text(record, "event_type").rlike(EVENT_TYPE),
+        ~json_text(record, "event_type").rlike(EVENT_TYPE),
         F.concat(
             F.lit("event_type '"),
-            _text(record, "event_type"),
+            json_text(record, "event_type"),
             F.lit("' is not a name of lower-case letters, digits and '_'"),
         ),
     )
@@ -137,8 +131,8 @@ def parse_runs(
         folder = F.element_at(F.split("source_file", "/"), 2)
         events = lines.select(
             F.substring(folder, len(RUN_PREFIX) + 1, 64).alias("run_id"),
-            _text(F.col("record"), "event_type").alias("event_type"),
-            _text(F.col("record"), "event_id").alias("event_id"),
+            json_text(F.col("record"), "event_type").alias("event_type"),
+            json_text(F.col("record"), "event_id").alias("event_id"),
             F.to_json(F.col("record")).alias("event"),
             "source_file",
             "source_line",

@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from assets.source_files import SourceDataError, first_problems, instant
+from assets.source_files import SourceDataError, first_problems, instant, json_kind, json_text
 from assets.warehouse.manifest import load_manifest as manifest
 from assets.warehouse.manifest.load_manifest import LOADED, NEW
 from assets.warehouse.manifest.shredder import Step, no_step, stage_table
@@ -71,10 +71,9 @@ def definition(spark: SparkSession, event_type: str, ddl: str) -> T.StructType:
 def _typed(record: Column, name: str, kind: T.DataType) -> Column:
     """The field as `kind`: text from a JSON string only, a timestamp from ISO-8601 text
     with an offset, a number from a JSON number or its text (`"12.50"`); null otherwise."""
-    text = F.try_variant_get(record, f"$.{name}", "string")
+    text = json_text(record, name)
     if isinstance(kind, T.StringType):
-        given = F.schema_of_variant(F.try_variant_get(record, f"$.{name}", "variant"))
-        return F.when(given == "STRING", text)
+        return F.when(json_kind(record, name) == "STRING", text)
     if isinstance(kind, T.TimestampType):
         return instant(text)
     return F.try_variant_get(record, f"$.{name}", kind.simpleString())
@@ -94,7 +93,7 @@ def typed_events(staged: DataFrame, schema: T.StructType) -> tuple[DataFrame, di
     )
     problem = F.lit(None).cast("string")
     for f in reversed(schema.fields):
-        kind = F.schema_of_variant(F.try_variant_get("record", f"$.{f.name}", "variant"))
+        kind = json_kind(F.col("record"), f.name)
         given = kind.isNotNull() & (kind != "VOID")
         problem = F.when(
             given & F.col(f.name).isNull(),
