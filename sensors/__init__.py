@@ -1,5 +1,6 @@
 """Sensors: file-arrival and late-data sensors. None of them starts Spark."""
 
+from sensors.change_files import change_files
 from sensors.enriched_runs import enriched_run_directories, stuck_enriched_runs
 from sensors.event_batches import event_batch_files
 from sensors.telemetry_files import telemetry_files
@@ -8,12 +9,14 @@ from sensors.visits_late_files import visits_late_files
 sensors = [
     visits_late_files,
     telemetry_files,
+    change_files,
     event_batch_files,
     enriched_run_directories,
     stuck_enriched_runs,
 ]
 
 __all__ = [
+    "change_files",
     "enriched_run_directories",
     "event_batch_files",
     "stuck_enriched_runs",

@@ -109,6 +109,7 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
     assert [s.name for s in defs.sensors] == [
         "visits_late_files",
         "telemetry_files",
+        "change_files",
         "event_batch_files",
         "enriched_run_directories",
         "stuck_enriched_runs",

@@ -1,0 +1,169 @@
+"""The change-file sensor: new and changed daily change files of the updates patterns,
+`devices_cdc/YYYY-MM-DD.csv` (`devices`, the Merger) and
+`device_catalog/YYYY-MM-DD.jsonl` (`device_catalog`, the Stateful Merger).
+
+Like the visits sensor it never starts Spark, hashes only files whose size or mtime moved,
+and compares a day's file digest with the digest the day's latest materialization
+recorded: a day never materialized, or whose file changed, is dirty. Run keys carry the
+digest, so a re-notified unchanged file launches nothing.
+
+`devices` days are requested as they come. `device_catalog` builds each day on the
+previous one, so it moves one day at a time, in order: a tick requests the earliest
+catalog day that is dirty or older than its predecessor's latest materialization (a
+predecessor rebuilt after it), provided its predecessor is materialized (or it has none:
+the first day with a file). Its run key also names the predecessor's materialization, so
+each step of the chain runs once.
+"""
+
+import datetime as dt
+from dataclasses import dataclass
+
+import dagster as dg
+
+from assets.materialization import SOURCE_DIGEST
+from assets.updates import device_catalog, devices
+from resources import LandingZone
+from resources.landing import Fingerprint, sources_digest
+from sensors.fingerprints import dump_fingerprints, load_fingerprints
+
+
+@dataclass(frozen=True)
+class ChangeSource:
+    asset: dg.AssetsDefinition
+    folder: str
+    suffix: str
+
+    def day_of(self, path: str) -> dt.date | None:
+        name = path.removeprefix(f"{self.folder}/")
+        if "/" in name or not name.endswith(self.suffix):
+            return None
+        try:
+            return dt.date.fromisoformat(name.removesuffix(self.suffix))
+        except ValueError:
+            return None
+
+
+SOURCES = (
+    ChangeSource(devices, "devices_cdc", ".csv"),
+    ChangeSource(device_catalog, "device_catalog", ".jsonl"),
+)
+
+
+@dataclass(frozen=True)
+class DayState:
+    digest: str
+    """Of the day's file as it is now."""
+    recorded: str | None
+    """The digest the day's latest materialization recorded (None: never materialized)."""
+    materialized_at: int | None
+    """Storage id of that materialization (orders materializations)."""
+
+    @property
+    def dirty(self) -> bool:
+        return self.recorded != self.digest
+
+
+def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, day: dt.date):
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[day.isoformat()]), limit=1
+    ).records
+    return records[0] if records else None
+
+
+def _states(
+    instance: dg.DagsterInstance, key: dg.AssetKey, files: dict[dt.date, Fingerprint]
+) -> dict[dt.date, DayState]:
+    states = {}
+    for day, fingerprint in files.items():
+        record = _latest(instance, key, day)
+        recorded = None
+        if record is not None:
+            value = record.asset_materialization.metadata.get(SOURCE_DIGEST)
+            recorded = value.value if value is not None else ""
+        states[day] = DayState(
+            sources_digest([fingerprint]), recorded, record.storage_id if record else None
+        )
+    return states
+
+
+def _request(source: ChangeSource, day: dt.date, key: str, trigger: str) -> dg.RunRequest:
+    return dg.RunRequest(
+        run_key=key,
+        asset_selection=[source.asset.key],
+        partition_key=day.isoformat(),
+        tags={"updates/trigger": trigger},
+    )
+
+
+def devices_requests(source: ChangeSource, states: dict[dt.date, DayState]) -> list[dg.RunRequest]:
+    return [
+        _request(
+            source,
+            day,
+            f"devices:{day}:{state.digest[:20]}",
+            "new-partition" if state.recorded is None else "changed-file",
+        )
+        for day, state in sorted(states.items())
+        if state.dirty
+    ]
+
+
+def catalog_request(source: ChangeSource, states: dict[dt.date, DayState]) -> list[dg.RunRequest]:
+    """The next step of the catalog's chain, if any (see the module)."""
+    days = sorted(states)
+    for index, day in enumerate(days):
+        state = states[day]
+        previous = states.get(day - dt.timedelta(days=1))
+        if index > 0 and previous is None:
+            # A gap: the day before has no file, so this day cannot be built on it.
+            return []
+        behind = (
+            previous is not None
+            and previous.materialized_at is not None
+            and (state.materialized_at is None or state.materialized_at < previous.materialized_at)
+        )
+        if not (state.dirty or behind):
+            continue
+        if previous is not None and (previous.materialized_at is None or previous.dirty):
+            return []  # the predecessor comes first
+        trigger = (
+            "new-partition"
+            if state.recorded is None
+            else ("changed-file" if state.dirty else "predecessor-rebuilt")
+        )
+        after = previous.materialized_at if previous else 0
+        return [_request(source, day, f"device_catalog:{day}:{state.digest[:20]}:{after}", trigger)]
+    return []
+
+
+@dg.sensor(
+    asset_selection=[devices, device_catalog],
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
+def change_files(context: dg.SensorEvaluationContext, landing: LandingZone) -> dg.SensorResult:
+    """Materializes new and changed days of `devices` and `device_catalog` (the catalog one
+    day at a time, in order)."""
+    previous, _ = load_fingerprints(context.cursor)
+    current: dict[str, Fingerprint] = {}
+    requests: list[dg.RunRequest] = []
+    for source in SOURCES:
+        partitions = source.asset.partitions_def
+        files: dict[dt.date, Fingerprint] = {}
+        for stat in landing.list(source.folder, suffix=source.suffix):
+            day = source.day_of(stat.path)
+            if day is None:
+                context.log.warning(
+                    f"ignoring {stat.path}: the layout is {source.folder}/YYYY-MM-DD{source.suffix}"
+                )
+                continue
+            fingerprint = landing.fingerprint(stat, previous)
+            if partitions.has_partition_key(day.isoformat()):
+                files[day] = fingerprint
+                current[stat.path] = fingerprint
+        states = _states(context.instance, source.asset.key, files)
+        if source.asset is devices:
+            requests += devices_requests(source, states)
+        else:
+            requests += catalog_request(source, states)
+    return dg.SensorResult(run_requests=requests, cursor=dump_fingerprints(current))

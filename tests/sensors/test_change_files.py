@@ -1,0 +1,121 @@
+"""The change-file sensor against a real Dagster instance and landing zone: new devices
+and catalog days are picked up (the defect: they never were), the catalog one day at a
+time in order, changed files again, and re-notified files never."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets.updates import device_catalog, devices
+from sensors import change_files
+
+DAY1, DAY2, DAY3 = (dt.date(2024, 5, d) for d in (1, 2, 3))
+
+
+def tick(instance, landing, cursor=None) -> dg.SensorResult:
+    context = dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources={"landing": landing}
+    )
+    return change_files(context)
+
+
+def requested(result: dg.SensorResult) -> list[tuple[str, str, str]]:
+    return [
+        (r.asset_selection[0].to_user_string(), r.partition_key, r.tags["updates/trigger"])
+        for r in result.run_requests
+    ]
+
+
+@pytest.fixture
+def land(landing):
+    def write_file(folder: str, day: dt.date, body: str) -> Path:
+        suffix = ".csv" if folder == "devices_cdc" else ".jsonl"
+        path = Path(landing.root) / folder / f"{day.isoformat()}{suffix}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body)
+        return path
+
+    return write_file
+
+
+def cdc(*rows: str) -> str:
+    return "type;full_name;version\n" + "".join(f"{r}\n" for r in rows)
+
+
+def catalog_rows(*ids: int, name: str = "Phone") -> str:
+    keys = ("id", "brand_name", "full_name", "processor_brand")
+    return "".join(
+        json.dumps(dict(zip(keys, (str(i), "B", name, "P"), strict=True))) + "\n" for i in ids
+    )
+
+
+def materialize(asset, day, resources, instance) -> None:
+    dg.materialize([asset], partition_key=day.isoformat(), resources=resources, instance=instance)
+
+
+def test_the_sensor_needs_no_spark():
+    assert change_files.required_resource_keys == {"landing"}
+
+
+def test_new_devices_days_are_requested_and_settle(resources, instance, landing, land):
+    land("devices_cdc", DAY1, cdc("phone;Pixel;1"))
+    land("devices_cdc", DAY2, cdc("phone;Pixel 2;2"))
+    first = tick(instance, landing)
+    assert requested(first) == [
+        ("devices", "2024-05-01", "new-partition"),
+        ("devices", "2024-05-02", "new-partition"),
+    ]
+    # Seen again before the runs: the same run keys, so Dagster launches each once.
+    again = tick(instance, landing, first.cursor)
+    assert [r.run_key for r in again.run_requests] == [r.run_key for r in first.run_requests]
+    for day in (DAY1, DAY2):
+        materialize(devices, day, resources, instance)
+    assert tick(instance, landing, first.cursor).run_requests == []
+    # Re-notified (touched) without a change: nothing; rewritten: that day again.
+    path = Path(landing.root) / "devices_cdc" / "2024-05-01.csv"
+    os.utime(path, ns=(path.stat().st_mtime_ns + 10**10,) * 2)
+    assert tick(instance, landing, first.cursor).run_requests == []
+    land("devices_cdc", DAY1, cdc("phone;Pixel;1", "tablet;Tab;1"))
+    assert requested(tick(instance, landing, first.cursor)) == [
+        ("devices", "2024-05-01", "changed-file")
+    ]
+
+
+def test_catalog_days_are_requested_one_at_a_time_in_order(resources, instance, landing, land):
+    for day in (DAY1, DAY2, DAY3):
+        land("device_catalog", day, catalog_rows(1, 2, name=f"Phone {day.day}"))
+    steps = []
+    for _ in range(3):
+        [request] = tick(instance, landing).run_requests
+        steps.append(request.partition_key)
+        materialize(
+            device_catalog, dt.date.fromisoformat(request.partition_key), resources, instance
+        )
+    assert steps == ["2024-05-01", "2024-05-02", "2024-05-03"]
+    assert tick(instance, landing).run_requests == []
+
+    # A corrected file for the first day: that day, then each later day on top of it.
+    land("device_catalog", DAY1, catalog_rows(1, 2, 3))
+    triggers = []
+    for _ in range(3):
+        [(asset, day, trigger)] = requested(tick(instance, landing))
+        triggers.append((day, trigger))
+        materialize(device_catalog, dt.date.fromisoformat(day), resources, instance)
+    assert triggers == [
+        ("2024-05-01", "changed-file"),
+        ("2024-05-02", "predecessor-rebuilt"),
+        ("2024-05-03", "predecessor-rebuilt"),
+    ]
+    assert tick(instance, landing).run_requests == []
+
+
+def test_a_gap_in_catalog_days_stops_the_chain(instance, landing, land):
+    land("device_catalog", DAY1, catalog_rows(1))
+    land("device_catalog", DAY3, catalog_rows(2))
+    assert [r.partition_key for r in tick(instance, landing).run_requests] == ["2024-05-01"]
