@@ -9,6 +9,7 @@ from assets.immutable.proxy import SnapshotError, referenced_snapshots
 from assets.materialization import (
     DELTA_VERSION,
     PARTITION_SLICE,
+    SOURCE_DIGEST,
     TABLE_NAME,
     commit_metadata,
     slice_predicate,
@@ -114,6 +115,18 @@ def _undone_partitions(undone: list[dict]) -> list[tuple[str, str]]:
     )
 
 
+def _latest_source_digest(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, partition_key: str
+) -> str | None:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition_key]), limit=1
+    ).records
+    if not records:
+        return None
+    value = records[0].asset_materialization.metadata.get(SOURCE_DIGEST)
+    return None if value is None else value.value
+
+
 @dg.op
 def restore_delta_table(
     context: dg.OpExecutionContext, config: RestoreTableConfig, lakehouse: Lakehouse
@@ -160,21 +173,35 @@ def restore_delta_table(
         f"writes again: {', '.join(rewritable) or 'none'}"
     )
     # Each moved partition is reported as materialized by the restore, at the restored
-    # content's version: Dagster shows it changed, and that it needs a re-run to come
-    # forward again. A restore of it undoes the restore.
+    # content's version, so Dagster shows that it changed (a restore of it undoes the
+    # restore). A partition the user asked to restore keeps the source digest its files
+    # had: file sensors leave it restored until its files change. One that moved only
+    # because the whole table did records none and `needs_rerun`: a sensor (or the user)
+    # brings it forward again.
+    asked = {(config.asset_key, config.partition)} if config.asset_key else set(moved)
     for asset_key, partition_key in moved:
+        key = dg.AssetKey.from_user_string(asset_key)
+        intended = (asset_key, partition_key) in asked
+        digest = _latest_source_digest(context.instance, key, partition_key) if intended else None
         context.log_event(
             dg.AssetMaterialization(
-                asset_key=dg.AssetKey.from_user_string(asset_key),
+                asset_key=key,
                 partition=partition_key,
-                description=f"restored to version {target.version} by restore_table: "
-                "materialize this partition again to bring it forward",
+                description=(
+                    f"restored to version {target.version} by restore_table"
+                    + (
+                        ""
+                        if intended
+                        else ", with the whole table: materialize it again to bring it forward"
+                    )
+                ),
                 metadata={
                     TABLE_NAME: target.table,
                     DELTA_VERSION: result.version,
                     "restored_to_version": target.version,
                     "restore_scope": scope,
-                    "needs_rerun": True,
+                    "needs_rerun": not intended,
+                    **({SOURCE_DIGEST: digest} if digest is not None else {}),
                     **(
                         {PARTITION_SLICE: target.partition_slice}
                         if target.partition_slice is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -11,6 +12,10 @@ from support import day_of_visits, visit
 from assets.maintenance import RestoreRequestError, restore_table, vacuum_table
 from assets.overwriting import visits_daily
 from assets.overwriting.data_overwrite import VISITS_DAILY
+from assets.updates import devices
+from assets.updates.change_files import devices_cdc_path
+from assets.updates.merger import DEVICES
+from sensors import visits_late_files
 
 DAY = dt.date(2024, 3, 4)
 
@@ -72,7 +77,11 @@ def test_restore_to_just_before_a_partitions_materialization(
     )
     assert rows(lakehouse) == two_materializations
     assert lakehouse.version(VISITS_DAILY) == 3  # 0: created empty, 1, 2: the two runs
-    assert reported(result) == [("visits_daily", DAY.isoformat(), True)]
+    # Asked for: it stays restored (the file sensor is quiet until its files change).
+    assert reported(result) == [("visits_daily", DAY.isoformat(), False)]
+    sensor = dg.build_sensor_context(instance=instance, resources={"landing": resources["landing"]})
+    requested = visits_late_files(sensor).run_requests
+    assert [r.partition_key for r in requested if r.job_name == "visits_daily_job"] == []
     # The partition's next run writes again (the restore undid its committed input).
     dg.materialize(
         [visits_daily], partition_key=DAY.isoformat(), resources=resources, instance=instance
@@ -108,7 +117,7 @@ def test_restoring_one_partition_leaves_the_others_as_they_are(
     )
     assert rows(lakehouse) == sorted([*good_day, "late"])
     assert lakehouse.version(VISITS_DAILY) == version + 1  # one commit
-    assert reported(result) == [("visits_daily", DAY.isoformat(), True)]
+    assert reported(result) == [("visits_daily", DAY.isoformat(), False)]
     [restored] = [
         e.event_specific_data.materialization.metadata
         for e in result.all_events
@@ -144,11 +153,35 @@ def test_a_whole_table_restore_reports_every_partition_it_moved(
     result = run_job(
         restore_table, instance, resources, {"table": VISITS_DAILY, "version": version}
     )
+    # The whole table was asked for: every moved day stays restored.
     assert sorted(reported(result)) == [
-        ("visits_daily", DAY.isoformat(), True),
-        ("visits_daily", other.isoformat(), True),
+        ("visits_daily", DAY.isoformat(), False),
+        ("visits_daily", other.isoformat(), False),
     ]
     assert lakehouse.history(VISITS_DAILY, limit=1)[0].operation == "RESTORE"
+
+
+def test_partitions_moved_along_with_a_whole_table_need_a_rerun(
+    resources, instance, lakehouse, landing
+):
+    """devices is one MERGE target: restoring one day moves the whole table, and the days
+    moved with it are reported as needing a re-run; the day asked for is not."""
+    day1, day2 = DAY, DAY + dt.timedelta(days=1)
+    for day, body in ((day1, "phone;Pixel;1\n"), (day2, "tablet;Tab;1\n")):
+        path = Path(landing.root) / devices_cdc_path(day)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("type;full_name;version\n" + body)
+        dg.materialize(
+            [devices], partition_key=day.isoformat(), resources=resources, instance=instance
+        )
+    result = run_job(
+        restore_table, instance, resources, {"asset_key": "devices", "partition": day1.isoformat()}
+    )
+    assert sorted(reported(result)) == [
+        ("devices", day1.isoformat(), False),
+        ("devices", day2.isoformat(), True),
+    ]
+    assert lakehouse.count(DEVICES) == 0
 
 
 def test_restore_to_an_explicit_version(resources, instance, lakehouse, two_materializations):
