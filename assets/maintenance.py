@@ -12,6 +12,8 @@ from assets.materialization import (
     SOURCE_DIGEST,
     TABLE_NAME,
     commit_metadata,
+    latest_materialization,
+    recorded_source_digest,
     slice_predicate,
 )
 from assets.transactional_writer import mark_restored
@@ -115,18 +117,6 @@ def _undone_partitions(undone: list[dict]) -> list[tuple[str, str]]:
     )
 
 
-def _latest_source_digest(
-    instance: dg.DagsterInstance, asset_key: dg.AssetKey, partition_key: str
-) -> str | None:
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition_key]), limit=1
-    ).records
-    if not records:
-        return None
-    value = records[0].asset_materialization.metadata.get(SOURCE_DIGEST)
-    return None if value is None else value.value
-
-
 @dg.op
 def restore_delta_table(
     context: dg.OpExecutionContext, config: RestoreTableConfig, lakehouse: Lakehouse
@@ -182,7 +172,11 @@ def restore_delta_table(
     for asset_key, partition_key in moved:
         key = dg.AssetKey.from_user_string(asset_key)
         intended = (asset_key, partition_key) in asked
-        digest = _latest_source_digest(context.instance, key, partition_key) if intended else None
+        digest = (
+            recorded_source_digest(latest_materialization(context.instance, key, partition_key))
+            if intended
+            else None
+        )
         context.log_event(
             dg.AssetMaterialization(
                 asset_key=key,
@@ -201,7 +195,7 @@ def restore_delta_table(
                     "restored_to_version": target.version,
                     "restore_scope": scope,
                     "needs_rerun": not intended,
-                    **({SOURCE_DIGEST: digest} if digest is not None else {}),
+                    **({SOURCE_DIGEST: digest} if digest else {}),
                     **(
                         {PARTITION_SLICE: target.partition_slice}
                         if target.partition_slice is not None

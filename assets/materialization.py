@@ -133,3 +133,22 @@ def skipped_metadata(
     metadata[SKIPPED] = reason
     metadata.update(extra or {})
     return metadata
+
+
+def latest_materialization(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, partition_key: str
+) -> dg.EventLogRecord | None:
+    """The partition's latest materialization record, if any."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition_key]), limit=1
+    ).records
+    return records[0] if records else None
+
+
+def recorded_source_digest(record: dg.EventLogRecord | None) -> str | None:
+    """The source digest a materialization recorded: None without a materialization, ""
+    for one that recorded none (it read no files: any file is news)."""
+    if record is None:
+        return None
+    value = record.asset_materialization.metadata.get(SOURCE_DIGEST)
+    return value.value if value is not None else ""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from assets.materialization import SOURCE_DIGEST
+from assets.materialization import latest_materialization, recorded_source_digest
 from assets.updates import device_catalog, devices
 from resources import LandingZone
 from resources.landing import Fingerprint, sources_digest
@@ -63,25 +63,16 @@ class DayState:
         return self.recorded != self.digest
 
 
-def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, day: dt.date):
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[day.isoformat()]), limit=1
-    ).records
-    return records[0] if records else None
-
-
 def _states(
     instance: dg.DagsterInstance, key: dg.AssetKey, files: dict[dt.date, Fingerprint]
 ) -> dict[dt.date, DayState]:
     states = {}
     for day, fingerprint in files.items():
-        record = _latest(instance, key, day)
-        recorded = None
-        if record is not None:
-            value = record.asset_materialization.metadata.get(SOURCE_DIGEST)
-            recorded = value.value if value is not None else ""
+        record = latest_materialization(instance, key, day.isoformat())
         states[day] = DayState(
-            sources_digest([fingerprint]), recorded, record.storage_id if record else None
+            sources_digest([fingerprint]),
+            recorded_source_digest(record),
+            record.storage_id if record else None,
         )
     return states
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from assets.materialization import SOURCE_DIGEST
+from assets.materialization import latest_materialization, recorded_source_digest
 from assets.overwriting import (
     daily_partitions,
     visits_daily_job,
@@ -114,14 +114,7 @@ def latest_recorded_digest(
     instance: dg.DagsterInstance,
 ) -> Callable[[dg.AssetKey, str], str | None]:
     def lookup(asset_key: dg.AssetKey, partition_key: str) -> str | None:
-        records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition_key]), limit=1
-        ).records
-        if not records:
-            return None
-        value = records[0].asset_materialization.metadata.get(SOURCE_DIGEST)
-        # A materialization that read no files recorded no digest: any file is news.
-        return value.value if value is not None else ""
+        return recorded_source_digest(latest_materialization(instance, asset_key, partition_key))
 
     return lookup
 
