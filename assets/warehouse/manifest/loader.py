@@ -83,17 +83,17 @@ def typed_events(staged: DataFrame, schema: T.StructType) -> tuple[DataFrame, di
     """Stage rows as rows of the definition, and per run whose events do not fit it, the
     first bad values named by file, line and field (a timestamp must be ISO-8601 with an
     offset)."""
-    record = F.parse_json("event")
-    typed = staged.select(
-        "run_id",
-        "source_file",
-        "source_line",
-        record.alias("record"),
-        *(_typed(record, f.name, f.dataType).alias(f.name) for f in schema.fields),
+    # Parsed once per event; every field is read from the parsed record.
+    parsed = staged.select(
+        "run_id", "source_file", "source_line", F.parse_json("event").alias("record")
+    )
+    record = F.col("record")
+    typed = parsed.select(
+        "*", *(_typed(record, f.name, f.dataType).alias(f.name) for f in schema.fields)
     )
     problem = F.lit(None).cast("string")
     for f in reversed(schema.fields):
-        kind = json_kind(F.col("record"), f.name)
+        kind = json_kind(record, f.name)
         given = kind.isNotNull() & (kind != "VOID")
         problem = F.when(
             given & F.col(f.name).isNull(),

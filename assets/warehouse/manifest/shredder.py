@@ -141,6 +141,7 @@ def _stage(
         parsed.frame.groupBy("run_id", "event_type", "event_id", "event")
         .agg(first.alias("first"))
         .select("run_id", "event_type", "event_id", "event", "first.*")
+        .localCheckpoint()  # folded once for the conflict check, the counts and each type
     )
     _refuse_conflicting_copies(events)
     counts: dict[str, dict[str, int]] = {run_id: {} for run_id in run_ids}
