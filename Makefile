@@ -50,6 +50,7 @@ bench: setup
 	$(PY) benchmarks/sessions.py
 	$(PY) benchmarks/user_events.py
 	$(PY) benchmarks/manifest.py
+	$(PY) benchmarks/backfill.py
 
 # Benchmarks that start a standalone cluster (and a Spark Connect server) themselves.
 bench-cluster: setup

@@ -217,12 +217,13 @@ def write_partition_once(
     context: dg.AssetExecutionContext,
     lakehouse: Lakehouse,
     *,
+    partition_key: str,
     table: str,
     sources: Sequence[Fingerprint],
     write: Callable[[AppTransaction, Mapping[str, Any]], CommitResult],
     create_empty: Callable[[], object],
 ) -> TransactionalWrite:
-    """`write_exactly_once` for this run's asset partition. The input is the partition's
+    """`write_exactly_once` for one of this run's asset partitions. The input is the partition's
     source files and the asset's code version: a changed `code_version` is a new input,
     so new code rewrites what old code wrote."""
     code_version = context.assets_def.code_versions_by_key.get(context.asset_key)
@@ -230,7 +231,7 @@ def write_partition_once(
         lakehouse,
         table=table,
         asset_key=context.asset_key.to_user_string(),
-        partition_key=context.partition_key,
+        partition_key=partition_key,
         digest=input_digest({"sources": sources_digest(sources), "code_version": code_version}),
         run_id=context.run_id,
         write=write,

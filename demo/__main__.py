@@ -37,16 +37,24 @@ def load_definitions() -> dg.Definitions:
     return module.build_definitions(os.environ)
 
 
-def materialize(asset, partition: str, resources, instance, tags) -> dict:
+def materialize(asset, partitions: list[str], resources, instance, tags) -> list[dict]:
+    """One run over the consecutive `partitions`, as a backfill of them launches it (the
+    assets have single-run backfill policies); each partition's metadata."""
+    if len(partitions) > 1:
+        tags = {
+            **tags,
+            "dagster/asset_partition_range_start": partitions[0],
+            "dagster/asset_partition_range_end": partitions[-1],
+        }
     result = dg.materialize(
         [asset],
-        partition_key=partition,
+        partition_key=partitions[0] if len(partitions) == 1 else None,
         resources=resources,
         instance=instance,
         tags=tags,
         run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
     )
-    return result.asset_materializations_for_node(asset.key.path[-1])[0].metadata
+    return [event.metadata for event in result.asset_materializations_for_node(asset.key.path[-1])]
 
 
 def checksum(rows) -> str:
@@ -77,13 +85,15 @@ def run_demo(resources: dict, started: float) -> int:
     files = write_initial_files(landing_root)
     weeks = sorted({week_start(d) for d in DAYS})
     print(f"1. Landed {files} visit files for {len(DAYS)} days ({DAYS[0]} .. {DAYS[-1]}),")
-    print("   three of them delivered twice. Materializing every day and week ...")
+    print("   three of them delivered twice. Backfilling every day and week ...")
     tags = {"demo/stage": "initial-load"}
-    for day in DAYS:
-        materialize(visits_daily, day.isoformat(), resources, instance, tags)
-    for monday in weeks:
-        materialize(visits_weekly, monday.isoformat(), resources, instance, tags)
-    print(f"   {len(DAYS)} daily and {len(weeks)} weekly materializations done.\n")
+    load_started = time.monotonic()
+    materialize(visits_daily, [d.isoformat() for d in DAYS], resources, instance, tags)
+    materialize(visits_weekly, [m.isoformat() for m in weeks], resources, instance, tags)
+    print(
+        f"   {len(DAYS)} daily and {len(weeks)} weekly partitions materialized in two runs "
+        f"(one per asset, single-run backfills) in {time.monotonic() - load_started:.0f} s.\n"
+    )
 
     context = dg.build_sensor_context(instance=instance, resources={"landing": landing})
     baseline = visits_late_files(context)
@@ -103,7 +113,7 @@ def run_demo(resources: dict, started: float) -> int:
     for request in tick.run_requests:
         asset = ASSETS[request.job_name]
         tags = {**request.tags, "dagster/run_key": request.run_key, "demo/stage": "late-files"}
-        metadata = materialize(asset, request.partition_key, resources, instance, tags)
+        [metadata] = materialize(asset, [request.partition_key], resources, instance, tags)
         # A day whose input is already committed is skipped (Transactional Writer).
         version = metadata["delta_version"].value if "delta_version" in metadata else "skip"
         print(

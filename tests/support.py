@@ -44,3 +44,12 @@ def day_of_visits(day: dt.date, count: int, *, prefix: str = "v") -> list[dict]:
         visit(f"{prefix}{day:%Y%m%d}-{i}", start + i * step, user=f"u{i % 7}", page=f"/p{i % 5}")
         for i in range(count)
     ]
+
+
+def partition_range(first: object, last: object) -> dict[str, str]:
+    """Run tags of one run over the partitions `first` to `last`, as a single-run
+    backfill (the UI's, or `dagster asset materialize --partition-range`) launches it."""
+    return {
+        "dagster/asset_partition_range_start": str(first),
+        "dagster/asset_partition_range_end": str(last),
+    }

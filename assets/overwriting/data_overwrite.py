@@ -16,6 +16,7 @@ from assets.materialization import commit_metadata, partition_slice
 from assets.overwriting.calendar import parse_day
 from assets.overwriting.visit_first_seen import record_first_seen
 from assets.overwriting.visits_source import parse_landed_visits
+from assets.partition_range import SINGLE_RUN, materialize_partitions
 from assets.transactional_writer import transactional_metadata, write_partition_once
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import AppTransaction, CommitResult
@@ -27,6 +28,7 @@ daily_partitions = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 
 @dg.asset(
     partitions_def=daily_partitions,
+    backfill_policy=SINGLE_RUN,
     group_name="overwriting",
     kinds={"spark", "delta"},
     # Part of each partition's input identity: bump it when the code changes what it
@@ -41,48 +43,53 @@ def visits_daily(
 ) -> dg.MaterializeResult:
     """Visits of one day (UTC), stored in the `visits_daily` Delta table partitioned by
     `event_date`. Materializing a day replaces that day only (replaceWhere); duplicate
-    visit_ids are kept once. Reclaim replaced files with the `vacuum_table` job."""
-    day = parse_day(context.partition_key)
-    parsed = parse_landed_visits(spark.session(), landing, [day])
-    metadata = commit_metadata(context, partition_key=context.partition_key, sources=parsed.sources)
+    visit_ids are kept once. A backfilled range is one run, one commit per day. Reclaim
+    replaced files with the `vacuum_table` job."""
 
-    def write(app_transaction: AppTransaction, facts: Mapping[str, Any]) -> CommitResult:
-        # When each visit was first seen, before the day itself: a crash in between is
-        # repaired by the retry, which records nothing twice.
-        record_first_seen(
+    def materialize_day(partition_key: str) -> dict[str, Any]:
+        day = parse_day(partition_key)
+        parsed = parse_landed_visits(spark.session(), landing, [day])
+        metadata = commit_metadata(context, partition_key=partition_key, sources=parsed.sources)
+
+        def write(app_transaction: AppTransaction, facts: Mapping[str, Any]) -> CommitResult:
+            # When each visit was first seen, before the day itself: a crash in between
+            # is repaired by the retry, which records nothing twice.
+            record_first_seen(
+                lakehouse,
+                parsed.frame,
+                day,
+                seen_at=dt.datetime.now(dt.UTC),
+                run_id=context.run_id,
+                metadata=metadata,
+            )
+            return lakehouse.overwrite(
+                VISITS_DAILY,
+                parsed.frame,
+                where=eq("event_date", day),
+                partition_by=["event_date"],
+                metadata={**metadata, **facts},
+                app_transaction=app_transaction,
+            )
+
+        outcome = write_partition_once(
+            context,
             lakehouse,
-            parsed.frame,
-            day,
-            seen_at=dt.datetime.now(dt.UTC),
-            run_id=context.run_id,
-            metadata=metadata,
+            partition_key=partition_key,
+            table=VISITS_DAILY,
+            sources=parsed.sources,
+            write=write,
+            create_empty=lambda: lakehouse.append(
+                VISITS_DAILY, parsed.frame.limit(0), partition_by=["event_date"], metadata=metadata
+            ),
         )
-        return lakehouse.overwrite(
-            VISITS_DAILY,
-            parsed.frame,
-            where=eq("event_date", day),
-            partition_by=["event_date"],
-            metadata={**metadata, **facts},
-            app_transaction=app_transaction,
-        )
-
-    outcome = write_partition_once(
-        context,
-        lakehouse,
-        table=VISITS_DAILY,
-        sources=parsed.sources,
-        write=write,
-        create_empty=lambda: lakehouse.append(
-            VISITS_DAILY, parsed.frame.limit(0), partition_by=["event_date"], metadata=metadata
-        ),
-    )
-    return dg.MaterializeResult(
-        metadata=transactional_metadata(
+        return transactional_metadata(
             lakehouse,
             outcome,
             table=VISITS_DAILY,
-            partition_key=context.partition_key,
+            partition_key=partition_key,
             sources=parsed.sources,
             extra={**parsed.facts(), **partition_slice("event_date", day)},
         )
-    )
+
+    materialize_partitions(context, materialize_day, on_failure="continue")
+    return dg.MaterializeResult()

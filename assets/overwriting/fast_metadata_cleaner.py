@@ -24,6 +24,7 @@ from assets.overwriting.exposition import (
     weekly_table,
 )
 from assets.overwriting.visits_source import parse_landed_visits
+from assets.partition_range import SINGLE_RUN, materialize_partitions
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import CommitResult
 from resources.lakehouse.predicates import eq
@@ -72,6 +73,7 @@ def replace_week(
 
 @dg.asset(
     partitions_def=weekly_partitions,
+    backfill_policy=SINGLE_RUN,
     check_specs=[dg.AssetCheckSpec(TABLE_COUNT_CHECK, asset="visits_weekly")],
     group_name="overwriting",
     kinds={"spark", "delta"},
@@ -86,30 +88,33 @@ def visits_weekly(
     """Visits of one week (Monday to Sunday, UTC), one Delta table per week.
 
     Materializing a week replaces its table in a single commit (Fast Metadata Cleaner);
-    read all weeks through the `visits_manifest` exposition. Duplicate visit_ids are kept
-    once. The check warns when the number of tables nears `table_limit`: run the
-    `freeze_visits_weeks` job to fold old weeks into yearly tables.
+    a backfilled range is one run, one commit per week. Read all weeks through the
+    `visits_manifest` exposition. Duplicate visit_ids are kept once. The check warns when
+    the number of tables nears `table_limit`: run the `freeze_visits_weeks` job to fold
+    old weeks into yearly tables.
     """
-    monday = parse_day(context.partition_key)
-    parsed = parse_landed_visits(spark.session(), landing, days_of_week(monday))
-    result = replace_week(
-        lakehouse,
-        monday,
-        parsed.frame.withColumn("week_start", F.lit(monday)),
-        metadata=commit_metadata(
-            context, partition_key=context.partition_key, sources=parsed.sources
-        ),
-    )
+
+    def materialize_week(partition_key: str) -> dict[str, Any]:
+        monday = parse_day(partition_key)
+        parsed = parse_landed_visits(spark.session(), landing, days_of_week(monday))
+        result = replace_week(
+            lakehouse,
+            monday,
+            parsed.frame.withColumn("week_start", F.lit(monday)),
+            metadata=commit_metadata(context, partition_key=partition_key, sources=parsed.sources),
+        )
+        return materialization_metadata(
+            lakehouse,
+            result,
+            partition_key=partition_key,
+            sources=parsed.sources,
+            extra=parsed.facts(),
+        )
+
+    materialize_partitions(context, materialize_week, on_failure="continue")
     tables = exposed_table_count(lakehouse)
     warn_at = int(config.table_limit * config.warn_ratio)
     return dg.MaterializeResult(
-        metadata=materialization_metadata(
-            lakehouse,
-            result,
-            partition_key=context.partition_key,
-            sources=parsed.sources,
-            extra=parsed.facts(),
-        ),
         check_results=[
             dg.AssetCheckResult(
                 check_name=TABLE_COUNT_CHECK,

@@ -55,6 +55,7 @@ def devices(
     outcome = write_partition_once(
         context,
         lakehouse,
+        partition_key=context.partition_key,
         table=DEVICES,
         sources=[changes.source],
         write=lambda app_transaction, facts: lakehouse.merge(

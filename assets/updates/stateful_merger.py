@@ -25,9 +25,11 @@ from typing import Any, Literal
 
 import dagster as dg
 import pyarrow as pa
+from pyspark.sql import SparkSession
 
 from assets.materialization import commit_metadata, materialization_metadata
 from assets.overwriting.calendar import parse_day
+from assets.partition_range import SINGLE_RUN, materialize_partitions
 from assets.updates.change_files import CATALOG_COLUMNS, parse_catalog_changes
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import (
@@ -138,6 +140,7 @@ def record_version(
 
 @dg.asset(
     partitions_def=catalog_days,
+    backfill_policy=SINGLE_RUN,
     deps=[
         dg.AssetDep(
             "device_catalog",
@@ -155,22 +158,36 @@ def device_catalog(
 ) -> dg.MaterializeResult:
     """The device catalog (one row per `id`), merged day by day from
     `device_catalog/YYYY-MM-DD.jsonl`. Depends on its own previous day, so backfills run
-    in order; before merging a day whose successors were already merged, the table is
-    restored to the previous day's state (versions in `device_catalog_versions`)."""
-    day = parse_day(context.partition_key)
-    changes = parse_catalog_changes(spark.session(), landing, day)
+    in order: a backfilled range is one run that merges its days oldest first, and
+    stops at the first day that fails. Before merging a day whose successors were already
+    merged, the table is restored to the previous day's state (versions in
+    `device_catalog_versions`): once at the start of a range."""
+
+    def materialize_day(partition_key: str) -> dict[str, Any]:
+        return merge_day(context, lakehouse, parse_day(partition_key), spark.session(), landing)
+
+    materialize_partitions(context, materialize_day, on_failure="stop")
+    return dg.MaterializeResult()
+
+
+def merge_day(
+    context: dg.AssetExecutionContext,
+    lakehouse: Lakehouse,
+    day: dt.date,
+    session: SparkSession,
+    landing: LandingZone,
+) -> dict[str, Any]:
+    """Bring the catalog to day `day`'s state (see `plan_day`); its metadata."""
+    partition_key = day.isoformat()
+    changes = parse_catalog_changes(session, landing, day)
     previous = recorded_version(lakehouse, day - dt.timedelta(days=1))
     base = EMPTY if previous is None else str(previous)
     commits = commits_after(lakehouse, previous)
-    plan = plan_day(context.partition_key, base, commits)
+    plan = plan_day(partition_key, base, commits)
 
     def meta(step: str) -> dict[str, Any]:
         return commit_metadata(
-            context,
-            partition_key=context.partition_key,
-            sources=[changes.source],
-            base=base,
-            step=step,
+            context, partition_key=partition_key, sources=[changes.source], base=base, step=step
         )
 
     if plan.action == "already_merged":
@@ -199,12 +216,10 @@ def device_catalog(
             metadata=meta("merge"),
         )
     record_version(lakehouse, day, result.version, meta("record"))
-    return dg.MaterializeResult(
-        metadata=materialization_metadata(
-            lakehouse,
-            result,
-            partition_key=context.partition_key,
-            sources=[changes.source],
-            extra={**changes.facts(), "plan": plan.action, "base_version": base},
-        )
+    return materialization_metadata(
+        lakehouse,
+        result,
+        partition_key=partition_key,
+        sources=[changes.source],
+        extra={**changes.facts(), "plan": plan.action, "base_version": base},
     )

@@ -161,6 +161,7 @@ def versioned_asset(code_version: str) -> dg.AssetsDefinition:
         outcome = write_partition_once(
             context,
             lakehouse,
+            partition_key="p",
             table="t",
             sources=[],
             write=lambda app_transaction, facts: lakehouse.overwrite(

@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 import pyarrow as pa
 import pytest
-from support import day_of_visits, run_process_env, visit
+from support import day_of_visits, partition_range, run_process_env, visit
 
 from assets.overwriting import visits_daily
 from assets.overwriting.data_overwrite import VISITS_DAILY
@@ -170,6 +170,70 @@ def test_bad_input_names_file_and_line_and_commits_nothing(
     assert "visits/date=2024-01-01/bad.jsonl:2: malformed JSON" in message
     assert "visits/date=2024-01-01/bad.jsonl:3: missing required field 'user_id'" in message
     assert lakehouse.version(VISITS_DAILY) == version
+
+
+def test_a_backfilled_range_is_one_run_with_a_commit_and_a_materialization_per_day(
+    resources, lakehouse, three_days, instance
+):
+    result = dg.materialize(
+        [visits_daily],
+        resources=resources,
+        instance=instance,
+        tags=partition_range(DAYS[0], DAYS[-1]),
+    )
+    events = result.asset_materializations_for_node("visits_daily")
+    assert [e.partition for e in events] == [day.isoformat() for day in DAYS]
+    # Each day is its own commit, reported on its own partition: restore and the
+    # sensors see the days exactly as after three runs of one day each.
+    assert {e.partition: e.metadata["delta_version"].value for e in events} == day_versions(
+        lakehouse
+    )
+    assert [e.metadata["rows_inserted"].value for e in events] == [20, 20, 20]
+    assert len(table_rows(lakehouse)) == 60
+    version = lakehouse.version(VISITS_DAILY)
+
+    replay = dg.materialize(
+        [visits_daily],
+        resources=resources,
+        instance=instance,
+        tags=partition_range(DAYS[0], DAYS[-1]),
+    ).asset_materializations_for_node("visits_daily")
+    assert [e.metadata["skipped"].value.startswith("already committed") for e in replay] == [
+        True
+    ] * 3
+    assert lakehouse.version(VISITS_DAILY) == version
+
+
+def test_a_bad_day_fails_its_range_by_name_and_the_other_days_land(
+    resources, lakehouse, three_days, write_visits, instance
+):
+    bad = write_visits(DAYS[1], "bad.jsonl", '{"visit_id": "broken", "user_id": \n')
+    result = dg.materialize(
+        [visits_daily],
+        resources=resources,
+        instance=instance,
+        tags=partition_range(DAYS[0], DAYS[-1]),
+        raise_on_error=False,
+    )
+    assert not result.success
+    error = result.get_step_failure_events()[0].event_specific_data.error.to_string()
+    assert "1 of 3 partitions failed (2024-01-02); 2 committed" in error
+    assert "visits/date=2024-01-02/bad.jsonl:1: malformed JSON" in error
+    assert {r[1] for r in table_rows(lakehouse)} == {DAYS[0], DAYS[2]}
+    # The committed days show as materialized, each at its own version.
+    assert instance.get_materialized_partitions(dg.AssetKey("visits_daily")) == {
+        "2024-01-01",
+        "2024-01-03",
+    }
+    bad.unlink()
+    again = dg.materialize(
+        [visits_daily],
+        resources=resources,
+        instance=instance,
+        tags=partition_range(DAYS[0], DAYS[-1]),
+    ).asset_materializations_for_node("visits_daily")
+    assert ["skipped" in e.metadata for e in again] == [True, False, True]
+    assert len(table_rows(lakehouse)) == 60
 
 
 @pytest.mark.run_processes

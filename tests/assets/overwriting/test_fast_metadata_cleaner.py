@@ -7,7 +7,7 @@ import datetime as dt
 from pathlib import Path
 
 import dagster as dg
-from support import day_of_visits, visit
+from support import day_of_visits, partition_range, visit
 
 from assets.overwriting import freeze_visits_weeks, visits_weekly
 from assets.overwriting.exposition import (
@@ -60,8 +60,14 @@ def test_rerun_is_identical_and_backfill_leaves_other_weeks_at_their_version(
     resources, lakehouse, spark, write_visits
 ):
     write_weeks(write_visits)
-    for monday in WEEKS:
-        materialize(resources, monday)
+    # The five weeks backfilled as one run: each week still has its own commit.
+    backfill = dg.materialize(
+        [visits_weekly], resources=resources, tags=partition_range(WEEKS[0], WEEKS[-1])
+    )
+    assert [
+        (e.partition, e.metadata["table_name"].value, e.metadata["delta_version"].value)
+        for e in backfill.asset_materializations_for_node("visits_weekly")
+    ] == [(m.isoformat(), weekly_table(m), 0) for m in WEEKS]
     before = exposed(lakehouse, spark)
     versions = {m: lakehouse.version(weekly_table(m)) for m in WEEKS}
     manifest_version = lakehouse.version(MANIFEST)

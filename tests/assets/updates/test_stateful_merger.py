@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from support import partition_range
 
 from assets.updates import device_catalog
 from assets.updates.stateful_merger import (
@@ -152,6 +153,45 @@ def test_backfilling_a_middle_day_equals_a_clean_run(
         assert metadata_of(result)["delta_version"].value == recorded_version(lakehouse, day)
     assert catalog(lakehouse) == reference[DAYS[-1]]
     assert_versions_consistent(lakehouse, reference)
+
+
+def test_a_backfilled_range_is_one_run_that_restores_once_and_equals_a_clean_run(
+    tmp_path, spark, resources, lakehouse, landing, write_catalog
+):
+    for day, rows in FILES.items():
+        write_catalog(day, rows)
+    for day in DAYS:
+        run(resources, day)
+    corrected = [("a", "Apple", "iPhone 15 Pro (fixed)", "A17"), ("c", "Samsung", "S24", "Exynos")]
+    write_catalog(DAYS[1], corrected)
+
+    backfill = dg.materialize(
+        [device_catalog], resources=resources, tags=partition_range(DAYS[1], DAYS[-1])
+    )
+    events = backfill.asset_materializations_for_node("device_catalog")
+    assert [e.partition for e in events] == [day.isoformat() for day in DAYS[1:]]
+    assert [e.metadata["plan"].value for e in events] == ["restore", "merge", "merge"]
+    assert sum(h.operation == "RESTORE" for h in lakehouse.history(DEVICE_CATALOG)) == 1
+    reference = clean_run(tmp_path, spark, landing, {**FILES, DAYS[1]: corrected})
+    assert catalog(lakehouse) == reference[DAYS[-1]]
+    assert_versions_consistent(lakehouse, reference)
+
+
+def test_a_range_stops_at_its_first_bad_day(resources, lakehouse, landing, write_catalog):
+    for day, rows in FILES.items():
+        write_catalog(day, rows)
+    (Path(landing.root) / "device_catalog" / f"{DAYS[1]}.jsonl").write_text("{oops\n")
+    result = dg.materialize(
+        [device_catalog],
+        resources=resources,
+        tags=partition_range(DAYS[0], DAYS[-1]),
+        raise_on_error=False,
+    )
+    error = result.get_step_failure_events()[0].event_specific_data.error.to_string()
+    assert "1 of 4 partitions failed (2024-07-02); 1 committed, 2 not run" in error
+    # Later days build on the bad one: none was merged.
+    assert recorded_version(lakehouse, DAYS[0]) is not None
+    assert [recorded_version(lakehouse, day) for day in DAYS[1:]] == [None, None, None]
 
 
 def test_compaction_and_an_empty_day_do_not_shift_the_day_to_version_link(

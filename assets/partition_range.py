@@ -1,0 +1,94 @@
+"""A range of partitions in one run: one Spark session, the partitions one at a time.
+
+An asset with `SINGLE_RUN` is backfilled by one run whose context holds the whole range
+(the UI's backfill, `dagster asset materialize --partition-range`). Booting a Spark
+session per partition would cost more than the work of most partitions, so the run
+boots one and materializes the partitions in order, each exactly as a run of that
+partition alone would: its own commit, app transaction, Delta version and metadata.
+Restore, the sensors and the checks therefore see no difference between the two.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import dagster as dg
+
+SINGLE_RUN = dg.BackfillPolicy.single_run()
+
+# The facts a progress line names, when a partition's metadata has them.
+_PROGRESS_FACTS = ("delta_version", "rows_inserted", "rows_deleted", "visits", "skipped")
+
+
+def materialize_partitions(
+    context: dg.AssetExecutionContext,
+    materialize: Callable[[str], Mapping[str, Any]],
+    *,
+    on_failure: Literal["continue", "stop"],
+) -> None:
+    """Call `materialize(partition_key)` for each of the run's partitions, oldest first,
+    and give each partition's materialization the metadata it returns.
+
+    `on_failure`: "continue" for partitions that stand alone (the others still land),
+    "stop" for partitions that build on the one before. A run of one partition raises
+    that partition's error as it is. In a range, the partitions that committed are
+    reported as materialized before the run fails naming the ones that did not; a re-run
+    of the range finds them committed.
+    """
+    keys = context.partition_keys
+    if len(keys) == 1:
+        context.add_asset_metadata(dict(materialize(keys[0])), partition_key=keys[0])
+        return
+    done: dict[str, Mapping[str, Any]] = {}
+    failed: dict[str, Exception] = {}
+    for index, key in enumerate(keys, 1):
+        started = time.monotonic()
+        try:
+            metadata = materialize(key)
+        except Exception as error:
+            failed[key] = error
+            context.log.error(f"{key} ({index}/{len(keys)}) failed: {error}")
+            if on_failure == "stop":
+                break
+            continue
+        done[key] = metadata
+        context.log.info(
+            f"{key} ({index}/{len(keys)}) in {time.monotonic() - started:.1f} s: "
+            f"{_progress(metadata)}"
+        )
+    if not failed:
+        for key, metadata in done.items():
+            context.add_asset_metadata(dict(metadata), partition_key=key)
+        return
+    # The run fails, so Dagster would record no materialization at all: report the
+    # partitions that did commit, or the UI would show committed data as missing.
+    for key, metadata in done.items():
+        context.log_event(
+            dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=metadata)
+        )
+    not_run = [key for key in keys if key not in done and key not in failed]
+    first_key, first_error = next(iter(failed.items()))
+    raise dg.Failure(
+        description=(
+            f"{len(failed)} of {len(keys)} partitions failed ({', '.join(failed)}); "
+            f"{len(done)} committed"
+            + (f", {len(not_run)} not run after the first failure" if not_run else "")
+            + f". First error, {first_key}: {first_error}"
+        ),
+        metadata={
+            "failed": dg.MetadataValue.json({key: str(error) for key, error in failed.items()}),
+            "committed": dg.MetadataValue.json(list(done)),
+            "not_run": dg.MetadataValue.json(not_run),
+        },
+    ) from first_error
+
+
+def _progress(metadata: Mapping[str, Any]) -> str:
+    facts = []
+    for name in _PROGRESS_FACTS:
+        if name in metadata:
+            value = metadata[name]
+            facts.append(f"{name}={getattr(value, 'value', value)}")
+    return ", ".join(facts) or "done"
