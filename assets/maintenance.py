@@ -2,8 +2,10 @@
 compact small files."""
 
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import dagster as dg
+from pydantic import Field
 
 from assets.immutable.proxy import SnapshotError, referenced_snapshots
 from assets.materialization import (
@@ -16,21 +18,45 @@ from assets.materialization import (
     recorded_source_digest,
     slice_predicate,
 )
+from assets.run_policy import NO_RETRY_ON_REFUSAL
 from assets.transactional_writer import mark_restored
 from resources import Lakehouse
 from resources.lakehouse.predicates import Predicate
 
 
-class RestoreTableConfig(dg.Config):
-    """Either `table` + `version` (the whole table moves), or `asset_key` (+ `partition`):
-    back to the version just before that materialization's commit. A partition that is a
-    slice of its table (a day of `visits_daily`) is restored alone; otherwise the whole
-    table moves, and every partition whose commits it undid is reported."""
+class TableVersion(dg.Config):
+    """Move the whole table to a version (Delta RESTORE)."""
 
-    table: str = ""
-    version: int | None = None
-    asset_key: str = ""
-    partition: str = ""
+    kind: Literal["table_version"] = "table_version"
+    table: str = Field(
+        description="The Delta table as materializations name it in `table_name`, e.g. "
+        "`visits_daily` or `visits_weekly/week=2024-12-02`."
+    )
+    version: int = Field(
+        description="The version to go back to: a `delta_version` from a materialization's "
+        "metadata, or a version from the table's history."
+    )
+
+
+class UndoMaterialization(dg.Config):
+    """Go back to the version just before an asset's latest committed materialization."""
+
+    kind: Literal["undo_materialization"] = "undo_materialization"
+    asset_key: str = Field(description="The asset, e.g. `visits_daily` or `device_catalog`.")
+    partition: str = Field(
+        default="",
+        description="The partition, e.g. `2024-12-10`; empty for an unpartitioned asset. A "
+        "partition that is a slice of its table (a day of `visits_daily`) moves alone.",
+    )
+
+
+class RestoreTableConfig(dg.Config):
+    target: TableVersion | UndoMaterialization = Field(
+        discriminator="kind",
+        description="`table_version` (the whole table moves) or `undo_materialization` (a "
+        "slice partition moves alone; otherwise the whole table moves and every partition "
+        "it undid is reported, to be materialized again).",
+    )
 
 
 MATERIALIZATIONS_SEARCHED = 100
@@ -63,19 +89,16 @@ def restore_target_version(table: str, written_version: int, *, what: str) -> Re
 def resolve_restore_target(
     config: RestoreTableConfig, instance: dg.DagsterInstance
 ) -> RestoreTarget:
-    if config.version is not None:
-        if not config.table:
-            raise RestoreRequestError("a version to restore needs the table it belongs to")
-        return RestoreTarget(config.table, config.version, f"requested version {config.version}")
-    if not config.asset_key:
-        raise RestoreRequestError("give either table + version, or asset_key (+ partition)")
-    what = f"materialization of {config.asset_key}" + (
-        f" partition {config.partition}" if config.partition else ""
+    request = config.target
+    if isinstance(request, TableVersion):
+        return RestoreTarget(request.table, request.version, f"requested version {request.version}")
+    what = f"materialization of {request.asset_key}" + (
+        f" partition {request.partition}" if request.partition else ""
     )
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(
-            asset_key=dg.AssetKey.from_user_string(config.asset_key),
-            asset_partitions=[config.partition] if config.partition else None,
+            asset_key=dg.AssetKey.from_user_string(request.asset_key),
+            asset_partitions=[request.partition] if request.partition else None,
         ),
         limit=MATERIALIZATIONS_SEARCHED,
     ).records
@@ -92,12 +115,10 @@ def resolve_restore_target(
     if TABLE_NAME not in metadata:
         raise RestoreRequestError(f"the latest {what} did not record its table")
     table = metadata[TABLE_NAME].value
-    if config.table and config.table != table:
-        raise RestoreRequestError(f"the latest {what} wrote {table!r}, not {config.table!r}")
     target = restore_target_version(
         table, int(metadata[DELTA_VERSION].value), what=f"latest {what}"
     )
-    if config.partition:
+    if request.partition:
         return replace(
             target,
             where=slice_predicate(metadata),
@@ -124,6 +145,8 @@ def restore_delta_table(
     """Restore a table, or one partition's rows, to an earlier version as a new commit;
     refuses, changing no table data, if that version's files were vacuumed."""
     target = resolve_restore_target(config, context.instance)
+    undo = config.target if isinstance(config.target, UndoMaterialization) else None
+    partition = undo.partition if undo else ""
     current = lakehouse.version(target.table) or 0
     undone = [
         entry.metadata
@@ -132,7 +155,7 @@ def restore_delta_table(
     ]
     if target.where is not None:
         # Only this partition's rows move: only its commits are undone.
-        undone = [meta for meta in undone if meta.get("partition_key") == config.partition]
+        undone = [meta for meta in undone if meta.get("partition_key") == partition]
     # Partitions whose transactional commits the restore undoes get a new input version
     # first, so that their next run writes again (a restore keeps app transactions).
     # Marked before the restore: a crash in between costs one needless rewrite, never a
@@ -144,9 +167,7 @@ def restore_delta_table(
         run_id=context.run_id,
         note=f"{target.table} restored to version {target.version} by run {context.run_id}",
     )
-    metadata = commit_metadata(
-        context, partition_key=config.partition or None, restored_to=target.version
-    )
+    metadata = commit_metadata(context, partition_key=partition or None, restored_to=target.version)
     if target.where is None:
         result = lakehouse.restore(target.table, target.version, metadata=metadata)
         scope = "the whole table"
@@ -154,7 +175,7 @@ def restore_delta_table(
         result = lakehouse.restore_where(
             target.table, target.version, where=target.where, metadata=metadata
         )
-        scope = f"partition {config.partition} ({target.where.render(lakehouse.dialect)})"
+        scope = f"partition {partition} ({target.where.render(lakehouse.dialect)})"
     moved = _undone_partitions(undone)
     context.log.info(
         f"restored {scope} of {target.table} to version {target.version} ({target.reason}) "
@@ -168,7 +189,7 @@ def restore_delta_table(
     # had: file sensors leave it restored until its files change. One that moved only
     # because the whole table did records none and `needs_rerun`: a sensor (or the user)
     # brings it forward again.
-    asked = {(config.asset_key, config.partition)} if config.asset_key else set(moved)
+    asked = {(undo.asset_key, undo.partition)} if undo else set(moved)
     for asset_key, partition_key in moved:
         key = dg.AssetKey.from_user_string(asset_key)
         intended = (asset_key, partition_key) in asked
@@ -219,21 +240,26 @@ def restore_delta_table(
 
 
 @dg.job(
+    tags=NO_RETRY_ON_REFUSAL,
     description="Roll a Delta table back to a version, or to just before a materialization "
     "(asset_key + partition). A partition that is a slice of its table (a day of "
     "visits_daily) moves alone; otherwise the whole table moves and every partition it "
-    "moved is reported as restored, to be materialized again."
+    "moved is reported as restored, to be materialized again.",
 )
 def restore_table() -> None:
     restore_delta_table()
 
 
 class VacuumConfig(dg.Config):
-    table: str
-    retention_hours: float = 168.0
-    """Files replaced longer ago than this are deleted; versions older than this can then
-    no longer be restored."""
-    dry_run: bool = False
+    table: str = Field(description="The Delta table to vacuum, e.g. `visits_daily`.")
+    retention_hours: float = Field(
+        default=168.0,
+        description="Files replaced longer ago than this are deleted; versions older than "
+        "this can then no longer be restored.",
+    )
+    dry_run: bool = Field(
+        default=False, description="List the files it would delete, and delete none."
+    )
 
 
 def _refuse_referenced_snapshot(lakehouse: Lakehouse, table: str, operation: str) -> None:
@@ -266,14 +292,19 @@ def vacuum_delta_table(
     )
 
 
-@dg.job(description="Delete data files of a Delta table that no recent version references.")
+@dg.job(
+    tags=NO_RETRY_ON_REFUSAL,
+    description="Delete data files of a Delta table that no recent version references.",
+)
 def vacuum_table() -> None:
     vacuum_delta_table()
 
 
 class CompactConfig(dg.Config):
-    tables: list[str]
-    """Delta tables to compact; a table not created yet is skipped."""
+    tables: list[str] = Field(
+        description="Delta tables to compact, e.g. `[visits_daily]`; a table not created yet "
+        "is skipped."
+    )
 
 
 @dg.op
@@ -297,8 +328,9 @@ def compact_delta_tables(
 
 
 @dg.job(
+    tags=NO_RETRY_ON_REFUSAL,
     description="Bin-pack the small files of Delta tables into files of their target size "
-    "(OPTIMIZE compaction). Rows are unchanged; a writer racing it retries its commit."
+    "(OPTIMIZE compaction). Rows are unchanged; a writer racing it retries its commit.",
 )
 def compact_tables() -> None:
     compact_delta_tables()

@@ -103,8 +103,21 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "enriched_run",
         "skip_enriched_run",
     } <= jobs
-    # A refusal of bad input is not retried by the instance; a dead run process is.
-    for name in ("enriched_run", "event_batch"):
+    # A refusal of bad input or of a configuration is not retried by the instance; a dead
+    # run process is.
+    for name in (
+        "enriched_run",
+        "event_batch",
+        "skip_enriched_run",
+        "restore_table",
+        "vacuum_table",
+        "compact_tables",
+        "freeze_visits_weeks",
+        "point_device_snapshot",
+        "blacklist_telemetry_file",
+        "reingest_telemetry_file",
+        "release_quarantined_file",
+    ):
         assert defs.resolve_job_def(name).tags["dagster/retry_on_asset_or_op_failure"] == "false"
     assert [s.name for s in defs.sensors] == [
         "visits_late_files",
@@ -119,6 +132,29 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
     assert resources["lakehouse"].root == str(tmp_path / "l")
     assert resources["landing"].root == str(PROJECT_ROOT / ".data" / "landing")
     assert resources["lakehouse"].engine == "delta-rs"
+
+
+def undescribed_fields(config_type, path: str) -> list[str]:
+    """The config fields under `config_type` (shapes and selectors, nested) that have no
+    description."""
+    missing = []
+    for name, field in getattr(config_type, "fields", {}).items():
+        if not field.description and field.config_type.kind.name not in ("SELECTOR",):
+            missing.append(f"{path}.{name}")
+        missing += undescribed_fields(field.config_type, f"{path}.{name}")
+    return missing
+
+
+def test_every_config_field_a_user_fills_in_says_what_it_is(tmp_path):
+    """The launchpad shows each field's description: the operator jobs' and the assets'."""
+    defs = load_definitions_module().build_definitions({"LAKEHOUSE_ROOT": str(tmp_path / "l")})
+    missing = []
+    for job in defs.resolve_all_job_defs():
+        for node in job.graph.node_dict.values():
+            schema = node.definition.config_schema
+            if schema is not None:
+                missing += undescribed_fields(schema.as_field().config_type, node.name)
+    assert missing == []
 
 
 def test_the_instance_allows_one_run_per_telemetry_subject(tmp_path, monkeypatch):

@@ -4,6 +4,7 @@ see assets/immutable/proxy.py)."""
 import datetime as dt
 
 import dagster as dg
+from pydantic import Field
 
 from assets.immutable.proxy import (
     MANIFEST,
@@ -18,16 +19,22 @@ from assets.immutable.proxy import (
     write_once,
 )
 from assets.materialization import DELTA_VERSION, TABLE_NAME, commit_metadata
+from assets.run_policy import NO_RETRY_ON_REFUSAL
 from assets.updates.stateful_merger import DEVICE_CATALOG, device_catalog
 from resources import Lakehouse
 
 
 class DeviceSnapshotConfig(dg.Config):
-    keep_snapshots: int = 3
-    """Snapshots kept besides being retired, newest first (the current one always is)."""
-    grace_hours: float = 24.0
-    """A snapshot is retired only this long after it stopped being current, so readers
-    that found it just before a switch can finish."""
+    keep_snapshots: int = Field(
+        default=3,
+        description="Snapshots kept besides being retired, newest first (the current one "
+        "always is).",
+    )
+    grace_hours: float = Field(
+        default=24.0,
+        description="A snapshot is retired only this long after it stopped being current, "
+        "so readers that found it just before a switch can finish.",
+    )
 
 
 def _snapshot_metadata(lakehouse: Lakehouse, entry: SnapshotEntry, manifest_version: int) -> dict:
@@ -91,8 +98,10 @@ def device_snapshot(
 
 
 class PointSnapshotConfig(dg.Config):
-    run_id: str
-    """The run whose snapshot the proxy should point at (see device_snapshot_manifest)."""
+    run_id: str = Field(
+        description="The Dagster run whose snapshot the proxy should point at (see "
+        "device_snapshot_manifest)."
+    )
 
 
 @dg.op
@@ -124,8 +133,9 @@ def point_device_snapshot_op(
 
 
 @dg.job(
+    tags=NO_RETRY_ON_REFUSAL,
     description="Point the device_snapshot proxy at an earlier snapshot (config: run_id of "
-    "the run that wrote it), in one manifest commit. Refused for a retired snapshot."
+    "the run that wrote it), in one manifest commit. Refused for a retired snapshot.",
 )
 def point_device_snapshot() -> None:
     point_device_snapshot_op()

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
+from pydantic import Field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -34,10 +35,14 @@ TABLE_COUNT_CHECK = "table_count_below_limit"
 
 
 class VisitsWeeklyConfig(dg.Config):
-    table_limit: int = 100
-    """How many tables the exposition may hold before readers suffer; freeze before it."""
-    warn_ratio: float = 0.8
-    """The table-count check warns from this fraction of `table_limit` on."""
+    table_limit: int = Field(
+        default=100,
+        description="How many tables the exposition may hold before readers suffer; freeze "
+        "before it.",
+    )
+    warn_ratio: float = Field(
+        default=0.8, description="The table-count check warns from this fraction of table_limit."
+    )
 
 
 def replace_week(

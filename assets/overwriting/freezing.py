@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import dagster as dg
+from pydantic import Field
 
 from assets.materialization import commit_metadata
 from assets.overwriting.calendar import iso_year, week_start
@@ -22,18 +23,24 @@ from assets.overwriting.exposition import (
     weekly_table,
     yearly_table,
 )
+from assets.run_policy import NO_RETRY_ON_REFUSAL
 from resources import Lakehouse
 from resources.lakehouse.predicates import eq, is_in
 
 
 class FreezeConfig(dg.Config):
-    older_than_weeks: int = 26
-    """Weeks that ended more than this many weeks before `as_of` are folded."""
-    as_of: str = ""
-    """ISO date the age is measured from; empty means today (UTC)."""
-    retire_grace_hours: float = 24.0
-    """Retired weekly tables stay on storage this long, for readers that resolved the
-    manifest before the swap."""
+    older_than_weeks: int = Field(
+        default=26,
+        description="Weeks that ended more than this many weeks before as_of are folded.",
+    )
+    as_of: str = Field(
+        default="", description="ISO date the age is measured from; empty means today (UTC)."
+    )
+    retire_grace_hours: float = Field(
+        default=24.0,
+        description="Retired weekly tables stay on storage this long, for readers that "
+        "resolved the manifest before the swap.",
+    )
 
 
 def weeks_to_freeze(
@@ -151,6 +158,9 @@ def purge_retired_tables(
     return names
 
 
-@dg.job(description="Fold weekly visits tables older than a configured age into yearly tables.")
+@dg.job(
+    tags=NO_RETRY_ON_REFUSAL,
+    description="Fold weekly visits tables older than a configured age into yearly tables.",
+)
 def freeze_visits_weeks() -> None:
     freeze_old_weeks()

@@ -10,8 +10,10 @@ import datetime as dt
 
 import dagster as dg
 import pyarrow as pa
+from pydantic import Field
 
 from assets.materialization import commit_metadata
+from assets.run_policy import NO_RETRY_ON_REFUSAL
 from assets.telemetry import control
 from assets.telemetry.control import Event
 from resources import Lakehouse
@@ -23,10 +25,12 @@ class OperatorRequestError(ValueError):
 
 
 class TelemetryFileConfig(dg.Config):
-    source: str
-    """The file's path in the landing zone, e.g. `telemetry/Tool07/2024-05-01T04.csv`
-    (as shown in the asset's metadata and in telemetry_file_state)."""
-    reason: str = ""
+    source: str = Field(
+        description="The file's path in the landing zone, e.g. "
+        "`telemetry/Tool07/2024-05-01T04.csv` (as shown in the asset's metadata and in "
+        "telemetry_file_state)."
+    )
+    reason: str = Field(default="", description="Why, recorded in the ingest event log.")
 
 
 def _known_state(lakehouse: Lakehouse, source: str) -> control.FileState:
@@ -153,18 +157,25 @@ def release_quarantined(
 
 
 @dg.job(
-    description="Blacklist a telemetry file: its rows leave the raw table, totals are repaired."
+    tags=NO_RETRY_ON_REFUSAL,
+    description="Blacklist a telemetry file: its rows leave the raw table, totals are repaired.",
 )
 def blacklist_telemetry_file() -> None:
     blacklist_file()
 
 
-@dg.job(description="Force a telemetry file to be ingested again from its first line.")
+@dg.job(
+    tags=NO_RETRY_ON_REFUSAL,
+    description="Force a telemetry file to be ingested again from its first line.",
+)
 def reingest_telemetry_file() -> None:
     request_reingest()
 
 
-@dg.job(description="Release a quarantined telemetry file: it is applied despite its lateness.")
+@dg.job(
+    tags=NO_RETRY_ON_REFUSAL,
+    description="Release a quarantined telemetry file: it is applied despite its lateness.",
+)
 def release_quarantined_file() -> None:
     release_quarantined()
 

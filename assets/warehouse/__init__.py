@@ -4,8 +4,8 @@ enriched run directories shredded and loaded through a load manifest (`manifest/
 
 import dagster as dg
 
+from assets.run_policy import NO_RETRY_ON_REFUSAL
 from assets.warehouse.manifest.pipeline import (
-    NO_RETRY_ON_REFUSAL,
     ManifestSettings,
     enriched_run_job,
     enriched_runs,

@@ -33,6 +33,16 @@ def run_job(job, instance, resources, config, raise_on_error=True):
     )
 
 
+def undo(asset_key: str, partition: str) -> dict:
+    """restore_table's config: undo the partition's latest committed materialization."""
+    return {"target": {"undo_materialization": {"asset_key": asset_key, "partition": partition}}}
+
+
+def to_version(table: str, version: int) -> dict:
+    """restore_table's config: move the whole table to `version`."""
+    return {"target": {"table_version": {"table": table, "version": version}}}
+
+
 def materialize_twice(resources, instance, write_visits) -> list[str]:
     """A good day, then a bad batch on top of it; returns the good day's visit ids."""
     write_visits(DAY, "a.jsonl", day_of_visits(DAY, 3))
@@ -73,7 +83,7 @@ def test_restore_to_just_before_a_partitions_materialization(
         restore_table,
         instance,
         resources,
-        {"asset_key": "visits_daily", "partition": DAY.isoformat()},
+        undo("visits_daily", DAY.isoformat()),
     )
     assert rows(lakehouse) == two_materializations
     assert lakehouse.version(VISITS_DAILY) == 3  # 0: created empty, 1, 2: the two runs
@@ -113,7 +123,7 @@ def test_restoring_one_partition_leaves_the_others_as_they_are(
         restore_table,
         instance,
         resources,
-        {"asset_key": "visits_daily", "partition": DAY.isoformat()},
+        undo("visits_daily", DAY.isoformat()),
     )
     assert rows(lakehouse) == sorted([*good_day, "late"])
     assert lakehouse.version(VISITS_DAILY) == version + 1  # one commit
@@ -130,7 +140,7 @@ def test_restoring_one_partition_leaves_the_others_as_they_are(
         restore_table,
         instance,
         resources,
-        {"asset_key": "visits_daily", "partition": DAY.isoformat()},
+        undo("visits_daily", DAY.isoformat()),
     )
     assert rows(lakehouse) == sorted([*good_day, "bad", "late"])
 
@@ -150,9 +160,7 @@ def test_a_whole_table_restore_reports_every_partition_it_moved(
         dg.materialize(
             [visits_daily], partition_key=day.isoformat(), resources=resources, instance=instance
         )
-    result = run_job(
-        restore_table, instance, resources, {"table": VISITS_DAILY, "version": version}
-    )
+    result = run_job(restore_table, instance, resources, to_version(VISITS_DAILY, version))
     # The whole table was asked for: every moved day stays restored.
     assert sorted(reported(result)) == [
         ("visits_daily", DAY.isoformat(), False),
@@ -174,9 +182,7 @@ def test_partitions_moved_along_with_a_whole_table_need_a_rerun(
         dg.materialize(
             [devices], partition_key=day.isoformat(), resources=resources, instance=instance
         )
-    result = run_job(
-        restore_table, instance, resources, {"asset_key": "devices", "partition": day1.isoformat()}
-    )
+    result = run_job(restore_table, instance, resources, undo("devices", day1.isoformat()))
     assert sorted(reported(result)) == [
         ("devices", day1.isoformat(), False),
         ("devices", day2.isoformat(), True),
@@ -185,7 +191,7 @@ def test_partitions_moved_along_with_a_whole_table_need_a_rerun(
 
 
 def test_restore_to_an_explicit_version(resources, instance, lakehouse, two_materializations):
-    run_job(restore_table, instance, resources, {"table": VISITS_DAILY, "version": 1})
+    run_job(restore_table, instance, resources, to_version(VISITS_DAILY, 1))
     assert rows(lakehouse) == two_materializations
 
 
@@ -201,7 +207,7 @@ def test_restore_refuses_a_vacuumed_version_and_changes_nothing(
         restore_table,
         instance,
         resources,
-        {"asset_key": "visits_daily", "partition": DAY.isoformat()},
+        undo("visits_daily", DAY.isoformat()),
         raise_on_error=False,
     )
     assert not result.success
@@ -212,13 +218,16 @@ def test_restore_refuses_a_vacuumed_version_and_changes_nothing(
 
 
 def test_restore_requests_that_name_nothing_restorable_are_refused(resources, instance, lakehouse):
+    # Dagster refuses a request naming neither form before any run starts (the launchpad
+    # will not launch it).
     for config, message in [
-        ({}, "give either table"),
-        ({"version": 1}, "needs the table"),
-        ({"asset_key": "visits_daily", "partition": "2024-01-01"}, "no materialization"),
+        ({}, 'Missing required config entry "target"'),
+        ({"target": {"table_version": {"version": 1}}}, 'Missing required config entry "table"'),
     ]:
-        with pytest.raises(RestoreRequestError, match=message):
+        with pytest.raises(dg.DagsterInvalidConfigError, match=message):
             run_job(restore_table, instance, resources, config)
+    with pytest.raises(RestoreRequestError, match="no materialization"):
+        run_job(restore_table, instance, resources, undo("visits_daily", "2024-01-01"))
 
 
 def test_the_jobs_restore_and_vacuum_a_table_on_the_object_store(
@@ -230,7 +239,7 @@ def test_the_jobs_restore_and_vacuum_a_table_on_the_object_store(
         restore_table,
         instance,
         resources,
-        {"asset_key": "visits_daily", "partition": DAY.isoformat()},
+        undo("visits_daily", DAY.isoformat()),
     )
     assert rows(s3_lakehouse) == good
     # The day alone was restored: its rows as of version 1, written back with replaceWhere.

@@ -134,7 +134,14 @@ def test_visits_daily_skips_a_committed_day_and_writes_it_again_after_a_restore(
         run_config={
             "ops": {
                 "restore_delta_table": {
-                    "config": {"asset_key": "visits_daily", "partition": DAY.isoformat()}
+                    "config": {
+                        "target": {
+                            "undo_materialization": {
+                                "asset_key": "visits_daily",
+                                "partition": DAY.isoformat(),
+                            }
+                        }
+                    }
                 }
             }
         },

@@ -9,8 +9,10 @@ step, and one manifest move per step.
 """
 
 import dagster as dg
+from pydantic import Field
 
 from assets.materialization import commit_metadata
+from assets.run_policy import NO_RETRY_ON_REFUSAL
 from assets.warehouse.manifest import load_manifest as manifest
 from assets.warehouse.manifest.enriched import RUN_PREFIX, run_id_of
 from assets.warehouse.manifest.loader import DEFAULT_EVENT_TABLES, load, warehouse_table
@@ -18,9 +20,6 @@ from assets.warehouse.manifest.shredder import shred, stage_table
 from resources import Lakehouse, LandingZone, SparkResource
 
 enriched_runs = dg.DynamicPartitionsDefinition(name="enriched_runs")
-NO_RETRY_ON_REFUSAL = {"dagster/retry_on_asset_or_op_failure": "false"}
-"""A refused input fails the same way every time: the instance's run retries are kept for
-runs whose process died (run monitoring), not spent on step failures."""
 MAX_LISTED = 20
 
 
@@ -146,9 +145,11 @@ enriched_run_job = dg.define_asset_job(
 
 
 class SkipRunConfig(dg.Config):
-    run_id: str
-    """The run directory's id, `YYYY-MM-DD-HH-MM-SS` (without `run=`)."""
-    reason: str = ""
+    run_id: str = Field(
+        description="The run directory's id, `YYYY-MM-DD-HH-MM-SS` (without `run=`), e.g. "
+        "`2024-05-01-10-00-00`."
+    )
+    reason: str = Field(default="", description="Why, recorded in the manifest's skip_reason.")
 
 
 @dg.op
@@ -171,8 +172,9 @@ def flag_enriched_run(
 
 
 @dg.job(
+    tags=NO_RETRY_ON_REFUSAL,
     description="Flag an enriched run to_skip in the load manifest: it is never processed or "
-    "loaded (refused for a run already LOADED)."
+    "loaded (refused for a run already LOADED).",
 )
 def skip_enriched_run() -> None:
     flag_enriched_run()

@@ -1,0 +1,6 @@
+"""Run tags shared by families of jobs."""
+
+NO_RETRY_ON_REFUSAL = {"dagster/retry_on_asset_or_op_failure": "false"}
+"""For jobs whose step failures are refusals (bad input, a configuration naming nothing
+restorable): they fail the same way every time, so the instance's run retries are kept
+for runs whose process died (run monitoring), not spent on step failures."""
