@@ -62,6 +62,70 @@ def commit_metadata(
     return metadata
 
 
+def standard_table_metadata(
+    lakehouse: Lakehouse, table: str, *, partition_rows: Predicate | None = None
+) -> dict[str, Any]:
+    """Dagster's own table metadata (`dagster/...`), which its catalog, asset page and
+    partition views show, read from the Delta log alone (no data file is read).
+
+    `partition_rows`: the rows the materialized partition is, when it is a slice of the
+    table; their count is `dagster/partition_row_count`."""
+    metadata: dict[str, Any] = {
+        "dagster/table_name": table,
+        "dagster/uri": lakehouse.uri(table),
+    }
+    if not lakehouse.exists(table):
+        return metadata
+    metadata["dagster/column_schema"] = dg.TableSchema(
+        columns=[
+            dg.TableColumn(
+                column.name,
+                column.type,
+                description=column.comment or None,
+                constraints=dg.TableColumnConstraints(nullable=column.nullable),
+            )
+            for column in lakehouse.columns(table)
+        ]
+    )
+    rows = lakehouse.count_from_log(table)
+    if rows is not None:
+        metadata["dagster/row_count"] = dg.MetadataValue.int(rows)
+    if partition_rows is not None:
+        in_partition = lakehouse.count_from_log(table, where=partition_rows)
+        if in_partition is not None:
+            metadata["dagster/partition_row_count"] = dg.MetadataValue.int(in_partition)
+    return metadata
+
+
+def _summary(
+    table: str,
+    *,
+    operation: str,
+    metrics: Mapping[str, int],
+    partition_key: str | None,
+    sources: Sequence[Fingerprint],
+    outcome: str,
+) -> dg.MetadataValue:
+    """What changed and why, in two lines of markdown."""
+    where = f"partition `{partition_key}` of " if partition_key else ""
+    changed = ", ".join(
+        f"{metrics.get(name, 0):,} {label}"
+        for name, label in (
+            ("rows_inserted", "inserted"),
+            ("rows_updated", "updated"),
+            ("rows_deleted", "deleted"),
+        )
+    )
+    why = (
+        f"from {len(sources)} source file(s), digest `{sources_digest(sources)[:12]}`"
+        if sources
+        else ""
+    )
+    return dg.MetadataValue.md(
+        f"**{operation}** on {where}`{table}`: {outcome}.  \nRows {changed}. {why}".rstrip()
+    )
+
+
 def _table_metadata(
     lakehouse: Lakehouse,
     table: str,
@@ -70,6 +134,7 @@ def _table_metadata(
     metrics: Mapping[str, int],
     partition_key: str | None,
     sources: Sequence[Fingerprint],
+    extra: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {
         TABLE_NAME: table,
@@ -77,6 +142,7 @@ def _table_metadata(
         "delta_operation": operation,
         "partition": partition_key or "",
         **{name: dg.MetadataValue.int(value) for name, value in metrics.items()},
+        **standard_table_metadata(lakehouse, table, partition_rows=slice_predicate(extra or {})),
     }
     if sources:
         metadata[SOURCE_DIGEST] = sources_digest(sources)
@@ -100,8 +166,17 @@ def materialization_metadata(
         metrics=result.metrics,
         partition_key=partition_key,
         sources=sources,
+        extra=extra,
     )
     metadata[DELTA_VERSION] = dg.MetadataValue.int(result.version)
+    metadata["summary"] = _summary(
+        result.table,
+        operation=result.operation,
+        metrics=result.metrics,
+        partition_key=partition_key,
+        sources=sources,
+        outcome=f"committed version {result.version}",
+    )
     for name, url in lakehouse.spark.ui_urls().items():
         metadata[name] = dg.MetadataValue.url(url)
     metadata.update(extra or {})
@@ -121,16 +196,26 @@ def skipped_metadata(
 
     It records the table's current version as `table_version`, never as `delta_version`:
     no commit of this run exists to restore to the version before of."""
+    metrics = normalize_metrics({}, "NONE")
     metadata = _table_metadata(
         lakehouse,
         table,
         operation="NONE",
-        metrics=normalize_metrics({}, "NONE"),
+        metrics=metrics,
         partition_key=partition_key,
         sources=sources,
+        extra=extra,
     )
     metadata["table_version"] = dg.MetadataValue.int(lakehouse.version(table) or 0)
     metadata[SKIPPED] = reason
+    metadata["summary"] = _summary(
+        table,
+        operation="NONE",
+        metrics=metrics,
+        partition_key=partition_key,
+        sources=sources,
+        outcome=f"nothing committed ({reason})",
+    )
     metadata.update(extra or {})
     return metadata
 

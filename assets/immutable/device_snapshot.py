@@ -18,7 +18,12 @@ from assets.immutable.proxy import (
     write_manifest,
     write_once,
 )
-from assets.materialization import DELTA_VERSION, TABLE_NAME, commit_metadata
+from assets.materialization import (
+    DELTA_VERSION,
+    TABLE_NAME,
+    commit_metadata,
+    standard_table_metadata,
+)
 from assets.run_policy import NO_RETRY_ON_REFUSAL
 from assets.updates.stateful_merger import DEVICE_CATALOG, device_catalog
 from resources import Lakehouse
@@ -44,7 +49,8 @@ def _snapshot_metadata(lakehouse: Lakehouse, entry: SnapshotEntry, manifest_vers
         "run_of_snapshot": entry.run_id,
         "source_version": dg.MetadataValue.int(entry.source_version),
         "rows": dg.MetadataValue.int(entry.rows),
-        "dagster/row_count": dg.MetadataValue.int(entry.rows),
+        # Readers see the snapshot: its schema and rows are the asset's.
+        **standard_table_metadata(lakehouse, entry.snapshot),
         TABLE_NAME: MANIFEST,
         DELTA_VERSION: dg.MetadataValue.int(manifest_version),
     }

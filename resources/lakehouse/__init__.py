@@ -2,6 +2,7 @@
 
 from resources.lakehouse.port import (
     AppTransaction,
+    Column,
     CommitConflictError,
     CommitResult,
     HistoryEntry,
@@ -17,6 +18,7 @@ from resources.lakehouse.resource import Lakehouse
 
 __all__ = [
     "AppTransaction",
+    "Column",
     "CommitConflictError",
     "CommitResult",
     "HistoryEntry",

@@ -192,12 +192,11 @@ class DeltaRsEngine(port.DeltaEngine):
         every, selected = files
         return selected.num_rows, every.num_rows
 
-    def count_from_log(self, table: str, *, where: Predicate | None = None) -> int | None:
-        """The rows of the files `where` selects, summed from the log's per-file row counts
-        without reading any data file; None when that cannot be exact: `where` names a
-        column that is not a partition column, a file has no row count, or files may carry
-        deletion vectors (their counts include deleted rows)."""
-        delta = self._table(table)
+    def count_from_log(
+        self, table: str, *, where: Predicate | None = None, version: int | None = None
+    ) -> int | None:
+        # Files that may carry deletion vectors count their deleted rows too: not exact.
+        delta = self._table(table, version)
         if "deletionVectors" in (delta.protocol().writer_features or []):
             return None
         selection = self._files_selected(delta, where)
@@ -210,6 +209,17 @@ class DeltaRsEngine(port.DeltaEngine):
         if rows.null_count:
             return None
         return pc.sum(rows).as_py() or 0
+
+    def columns(self, table: str) -> list[port.Column]:
+        return [
+            port.Column(
+                field.name,
+                _type_name(json.loads(field.type.to_json())),
+                field.nullable,
+                str(field.metadata.get("comment", "")),
+            )
+            for field in self._table(table).schema().fields
+        ]
 
     def count(self, table: str, *, where: Predicate | None = None) -> int:
         from_log = self.count_from_log(table, where=where)
@@ -418,3 +428,18 @@ def _parse_user_metadata(raw: str | None) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {"userMetadata": raw}
     return parsed if isinstance(parsed, dict) else {"userMetadata": parsed}
+
+
+def _type_name(delta_type: Any) -> str:
+    """A Delta schema type (its JSON form) as Delta writes it in DDL."""
+    if isinstance(delta_type, str):
+        return delta_type
+    kind = delta_type["type"]
+    if kind == "array":
+        return f"array<{_type_name(delta_type['elementType'])}>"
+    if kind == "map":
+        return f"map<{_type_name(delta_type['keyType'])},{_type_name(delta_type['valueType'])}>"
+    if kind == "struct":
+        fields = ",".join(f"{f['name']}:{_type_name(f['type'])}" for f in delta_type["fields"])
+        return f"struct<{fields}>"
+    return str(kind)

@@ -146,6 +146,14 @@ class DeltaSparkEngine(port.DeltaEngine):
     def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int]:
         return self._log.partition_files(table, where=where)
 
+    def count_from_log(
+        self, table: str, *, where: Predicate | None = None, version: int | None = None
+    ) -> int | None:
+        return self._log.count_from_log(table, where=where, version=version)
+
+    def columns(self, table: str) -> list[port.Column]:
+        return self._log.columns(table)
+
     def read_arrow(
         self,
         table: str,

@@ -104,6 +104,18 @@ class HistoryEntry:
 
 
 @dataclass(frozen=True)
+class Column:
+    """A column of a table's Delta schema."""
+
+    name: str
+    type: str
+    """Delta's type name: `string`, `long`, `date`, `array<string>`, `struct<a:long>` ..."""
+    nullable: bool
+    comment: str = ""
+    """The column's `comment` in the schema metadata, if its writer gave one."""
+
+
+@dataclass(frozen=True)
 class AppTransaction:
     """Delta's idempotent-writer marker: `version` is committed atomically with the data,
     so a writer can tell after a crash whether its batch already landed.
@@ -252,6 +264,18 @@ class DeltaEngine(ABC):
     @abstractmethod
     def count(self, table: str, *, where: Predicate | None = None) -> int:
         """Rows matching `where`, without bringing them into Python."""
+
+    @abstractmethod
+    def count_from_log(
+        self, table: str, *, where: Predicate | None = None, version: int | None = None
+    ) -> int | None:
+        """Rows of the files `where` selects at `version` (default: the latest), summed
+        from the log's per-file row counts without reading data; None when that cannot be
+        exact (`where` names a data column, a file has no count, deletion vectors)."""
+
+    @abstractmethod
+    def columns(self, table: str) -> list[Column]:
+        """The table's schema, from the log."""
 
     @abstractmethod
     def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int]:

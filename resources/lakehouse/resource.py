@@ -7,6 +7,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlparse
 
@@ -183,6 +184,17 @@ class Lakehouse(dg.ConfigurableResource):
         """How many rows match `where`."""
         return self._delta().count(self.uri(table), where=where)
 
+    def count_from_log(
+        self, table: str, *, where: Predicate | None = None, version: int | None = None
+    ) -> int | None:
+        """Rows matching `where` (whole partitions only) at `version`, from the log's
+        per-file counts alone; None when the log cannot tell exactly."""
+        return self._delta().count_from_log(self.uri(table), where=where, version=version)
+
+    def columns(self, table: str) -> list[port.Column]:
+        """The table's Delta schema."""
+        return self._delta().columns(self.uri(table))
+
     def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int]:
         """(files in the partitions `where` selects, files in the table): what a write
         pinned to `where` may read, and what it skips."""
@@ -252,7 +264,7 @@ class Lakehouse(dg.ConfigurableResource):
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
     ) -> port.CommitResult:
-        return self._commit(
+        result = self._commit(
             table,
             metadata,
             lambda uri, meta: self._delta().write(
@@ -266,6 +278,22 @@ class Lakehouse(dg.ConfigurableResource):
                 app_transaction=app_transaction,
             ),
         )
+        return self._with_replaced_rows(result, where) if mode == "overwrite" else result
+
+    def _with_replaced_rows(
+        self, result: port.CommitResult, where: Predicate | None
+    ) -> port.CommitResult:
+        """An overwrite's `rows_deleted` is the rows it replaced. Neither engine reports
+        them when it drops whole files (a table, or partitions by replaceWhere): their
+        count is read from the log of the version just before the commit. A predicate on
+        data columns rewrites files, and the engine's own figures stand."""
+        metrics = result.metrics
+        if metrics["rows_deleted"] or not metrics["files_removed"] or result.version == 0:
+            return result
+        replaced = self.count_from_log(result.table, where=where, version=result.version - 1)
+        if replaced is None:
+            return result
+        return replace(result, metrics={**metrics, "rows_deleted": replaced})
 
     def merge(
         self,

@@ -198,11 +198,13 @@ def test_a_new_code_version_is_a_new_input(lakehouse):
 
 
 # A delta-spark trial boots a JVM in each of its writer processes (25 to 100 s a trial on
-# 2 cores), so that engine gets fewer trials: four in `make test`, 120 in `make test-slow`.
+# 2 cores): that engine's trials run in `make test-slow` (1 + 20), delta-rs's 3 in
+# `make test` and 100 more in `make test-slow`.
 TRIALS = {"delta-rs": 3, "delta-spark": 1}
 SLOW_TRIALS = {"delta-rs": 100, "delta-spark": 20}
 
 
+@pytest.mark.run_processes
 def test_sigkilled_writers_leave_one_whole_copy(lakehouse, engine):
     trials = TRIALS[engine]
     report = kill_trials(lakehouse, engine=engine, jars=DELTA_JARS, trials=trials)

@@ -132,14 +132,37 @@ def test_overwrite_replaces_everything_in_one_commit(lake):
     result = lake.overwrite("t", devices([("c", 3, "z")]), metadata=META)
     assert result.version == 1
     assert result.metrics["files_removed"] >= 1
+    # The rows it replaced, counted from the version before it.
+    assert (result.metrics["rows_inserted"], result.metrics["rows_deleted"]) == (1, 2)
     assert rows(lake, "t") == [("c", 3, "z")]
 
 
 def test_overwrite_with_a_predicate_replaces_exactly_that_window(lake):
-    lake.append("t", devices([("a", 1, "x"), ("b", 2, "y")]), metadata=META, partition_by=["day"])
+    lake.append(
+        "t",
+        devices([("a", 1, "x"), ("b", 2, "y"), ("c", 2, "v")]),
+        metadata=META,
+        partition_by=["day"],
+    )
     day2 = eq("day", dt.date(2024, 1, 2))
-    lake.overwrite("t", devices([("b", 2, "Y"), ("d", 2, "w")]), where=day2, metadata=META)
-    assert rows(lake, "t") == [("a", 1, "x"), ("b", 2, "Y"), ("d", 2, "w")]
+    result = lake.overwrite("t", devices([("b", 2, "Y")]), where=day2, metadata=META)
+    assert rows(lake, "t") == [("a", 1, "x"), ("b", 2, "Y")]
+    assert {k: result.metrics[k] for k in ("rows_inserted", "rows_deleted", "rows_copied")} == {
+        "rows_inserted": 1,
+        "rows_deleted": 2,
+        "rows_copied": 0,
+    }
+    assert lake.count_from_log("t", where=day2, version=0) == 2
+    assert lake.count_from_log("t", where=day2) == 1
+
+
+def test_columns_are_the_delta_schema(lake):
+    lake.append("t", devices([("a", 1, "x")]), metadata=META, partition_by=["day"])
+    assert [(c.name, c.type) for c in lake.columns("t")] == [
+        ("device", "string"),
+        ("day", "date"),
+        ("name", "string"),
+    ]
 
 
 def test_merge_applies_conditional_clauses_in_order(lake):
