@@ -131,10 +131,12 @@ def catalog_request(source: ChangeSource, states: dict[dt.date, DayState]) -> li
     asset_selection=[devices, device_catalog],
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Materializes new and changed days of `devices` (devices_cdc/YYYY-MM-DD.csv) "
+    "and `device_catalog` (device_catalog/YYYY-MM-DD.jsonl; one day at a time, in order, "
+    "since each day builds on the one before). Run keys carry the file's digest: an "
+    "unchanged file never launches a run twice.",
 )
 def change_files(context: dg.SensorEvaluationContext, landing: LandingZone) -> dg.SensorResult:
-    """Materializes new and changed days of `devices` and `device_catalog` (the catalog one
-    day at a time, in order)."""
     previous, _ = load_fingerprints(context.cursor)
     current: dict[str, Fingerprint] = {}
     requests: list[dg.RunRequest] = []

@@ -33,12 +33,16 @@ MAX_LOGGED = 20
 
 
 @dg.sensor(
-    job=enriched_run_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING
+    job=enriched_run_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Registers each enriched/run=YYYY-MM-DD-HH-MM-SS/ directory once it holds "
+    "_SUCCESS (a dynamic partition of enriched_runs) and requests its `enriched_run` run "
+    "(run key enriched:<id>). Directories still being written are left alone.",
 )
 def enriched_run_directories(
     context: dg.SensorEvaluationContext, landing: LandingZone
 ) -> dg.SensorResult:
-    """Registers finished enriched run directories and requests their runs."""
     registered = set(context.instance.get_dynamic_partitions(enriched_runs.name))
     new, misnamed = [], []
     for name in landing.folders(ENRICHED_FOLDER):
@@ -74,11 +78,12 @@ def _in_progress(instance: dg.DagsterInstance, run_id: str) -> bool:
     job=enriched_run_job,
     minimum_interval_seconds=300,
     default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Requests `enriched_run` again, once per stuck state, for load-manifest runs "
+    "left in NEW or PROCESSED longer than stuck_after_minutes with no run in progress.",
 )
 def stuck_enriched_runs(
     context: dg.SensorEvaluationContext, lakehouse: Lakehouse, manifest_settings: ManifestSettings
 ) -> dg.SensorResult:
-    """Requests `enriched_run` again for runs stuck in NEW or PROCESSED."""
     cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=manifest_settings.stuck_after_minutes)
     stuck = [
         row

@@ -22,10 +22,13 @@ def batch_id_of(path: str) -> str | None:
 
 
 @dg.sensor(
-    job=event_batch_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING
+    job=event_batch_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Requests an `event_batch` run (stage, audit, publish to user_events) for "
+    "every new or changed events/batch=<id>.jsonl file; run keys carry its digest.",
 )
 def event_batch_files(context: dg.SensorEvaluationContext, landing: LandingZone) -> dg.SensorResult:
-    """Requests an `event_batch` run for every new or changed batch file."""
     previous, _ = load_fingerprints(context.cursor)
     current, requests, skipped = {}, [], []
     for stat in landing.list(EVENTS_FOLDER, suffix=SUFFIX):

@@ -26,7 +26,12 @@ from sensors.fingerprints import dump_fingerprints, load_fingerprints
 
 
 @dg.sensor(
-    job=telemetry_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING
+    job=telemetry_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Requests a `telemetry_subject` run for every subject (telemetry/<subject>/) "
+    "with new, changed, retried, released, blacklisted or re-ingest-requested files, and "
+    "registers new subjects as partitions. One run per subject at a time (instance limit).",
 )
 def telemetry_files(
     context: dg.SensorEvaluationContext,
@@ -34,8 +39,6 @@ def telemetry_files(
     lakehouse: Lakehouse,
     telemetry: TelemetrySettings,
 ) -> dg.SensorResult:
-    """Requests a `telemetry_subject` run for every subject with new, changed, retried,
-    released, blacklisted or re-ingest-requested files; registers new subjects."""
     previous, previous_subjects = load_fingerprints(context.cursor)
     current, subject_by_path = {}, {}
     for stat in landing.list(LANDING_PREFIX, suffix=REPORT_SUFFIX):

@@ -123,10 +123,12 @@ def latest_recorded_digest(
     jobs=[visits_daily_job, visits_weekly_job],
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Materializes new days and weeks of visits (visits/date=YYYY-MM-DD/*.jsonl), "
+    "and re-materializes only the materialized ones whose files changed (new, rewritten "
+    "or removed files); hashes only files whose size or mtime moved. Run keys carry the "
+    "files' digest, so nothing runs twice.",
 )
 def visits_late_files(context: dg.SensorEvaluationContext, landing: LandingZone) -> dg.SensorResult:
-    """Materializes new days and weeks of visits files, and re-materializes only the
-    materialized ones whose files changed (new, rewritten or removed files)."""
     previous, _ = load_fingerprints(context.cursor)
     current = {
         stat.path: landing.fingerprint(stat, previous)

@@ -119,6 +119,7 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "release_quarantined_file",
     ):
         assert defs.resolve_job_def(name).tags["dagster/retry_on_asset_or_op_failure"] == "false"
+    assert all(s.description for s in defs.sensors)
     assert [s.name for s in defs.sensors] == [
         "visits_late_files",
         "telemetry_files",
