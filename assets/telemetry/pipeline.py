@@ -82,6 +82,12 @@ def telemetry_raw(
     failed = sorted(
         f"{s.source}: {s.last_error}" for s in report.states.values() if s.status == "failed"
     )
+    # What this run refused or set aside, where the user reads the run: its log.
+    this_run = metadata_lists(report)
+    for kind, entries in this_run.items():
+        for entry in entries:
+            context.log.warning(f"{kind.removesuffix('_files').replace('_', ' ')} file: {entry}")
+    quarantined = [f"{q.source}: {q.reason}" for q in open_quarantine]
     return dg.MaterializeResult(
         metadata={
             "table_name": control.RAW,
@@ -97,25 +103,25 @@ def telemetry_raw(
             "rows_written": dg.MetadataValue.int(report.rows_written),
             "files_unchanged": dg.MetadataValue.int(report.unchanged),
             "blacklisted_rows_removed": dg.MetadataValue.int(sum(report.removed.values())),
-            **{
-                name: dg.MetadataValue.json(value) for name, value in metadata_lists(report).items()
-            },
+            **{name: dg.MetadataValue.json(value) for name, value in this_run.items()},
         },
         check_results=[
             dg.AssetCheckResult(
                 check_name="no_failed_files",
                 passed=not failed,
                 severity=dg.AssetCheckSeverity.WARN,
-                metadata={"failed_files": dg.MetadataValue.json(failed)},
+                metadata={
+                    "failed_files": dg.MetadataValue.json(failed),
+                    "files": _markdown_list(failed),
+                },
             ),
             dg.AssetCheckResult(
                 check_name="no_quarantined_files",
                 passed=not open_quarantine,
                 severity=dg.AssetCheckSeverity.WARN,
                 metadata={
-                    "quarantined_files": dg.MetadataValue.json(
-                        [f"{q.source}: {q.reason}" for q in open_quarantine]
-                    )
+                    "quarantined_files": dg.MetadataValue.json(quarantined),
+                    "files": _markdown_list(quarantined),
                 },
             ),
         ],
@@ -195,3 +201,8 @@ telemetry_job = dg.define_asset_job(
         tags_for_partition_key_fn=lambda key: {SUBJECT_TAG: key},
     ),
 )
+
+
+def _markdown_list(entries: list[str]) -> dg.MetadataValue:
+    """Entries shown as they are in the check's view (JSON hides them behind a click)."""
+    return dg.MetadataValue.md("\n".join(f"- `{e}`" for e in entries) or "none")

@@ -4,6 +4,7 @@ their start only, operator jobs, odd subject keys, and bad input named by file a
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import random
 
@@ -213,6 +214,15 @@ def test_a_bad_line_is_named_and_loses_nothing_committed(deployment, case):
     assert state.status == "failed" and state.attempts == 2
     check = {e.check_name: e for e in deployment.runs[-1].get_asset_check_evaluations()}
     assert not check["no_failed_files"].passed
+    # Where the user looks: a warning in the run's log, and the check's own view.
+    named = f"{good.path}:{bad_line}: {message}"
+    warnings = [
+        entry.user_message
+        for entry in deployment.instance.all_logs(deployment.runs[-1].run_id)
+        if entry.level == logging.WARNING
+    ]
+    assert any(w.startswith("failed file: ") and named in w for w in warnings), warnings
+    assert named in check["no_failed_files"].metadata["files"].value
     assert deployment.run_pending() == []  # failed: not retried until the file changes
     deployment.write(good.path, good.content + b"2024-05-01T03:59:59Z,1,0,0\n")
     deployment.run_pending()
