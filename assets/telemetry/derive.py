@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import pyarrow as pa
+
 from assets.telemetry import control
 from assets.telemetry.reconcile import (
     ZERO,
@@ -41,6 +43,8 @@ class Reconciled:
     hours_recomputed: int = 0
     commit: CommitResult | None = None
     note: str = ""
+    written: pa.Table | None = None
+    """The rows this run wrote (hourly: the recomputed hours)."""
 
 
 def _dirty(
@@ -157,4 +161,4 @@ def reconcile_hourly(
     )
     regime: Regime = "from_zero" if lost else ("first" if ranges is None else "late")
     hours = hourly.num_rows if ranges is None else hours_within(ranges)
-    return Reconciled(regime, raw_version, rows.num_rows, 0, None, hours, commit, lost)
+    return Reconciled(regime, raw_version, rows.num_rows, 0, None, hours, commit, lost, hourly)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import dagster as dg
+import pyarrow as pa
 
 from assets.materialization import commit_metadata, materialization_metadata
 from assets.telemetry import control
@@ -129,9 +130,14 @@ def telemetry_raw(
 
 
 def _derived_result(
-    lakehouse: Lakehouse, table: str, result: Reconciled, subject: str
+    lakehouse: Lakehouse,
+    table: str,
+    result: Reconciled,
+    subject: str,
+    shown: dict[str, dg.MetadataValue] | None = None,
 ) -> dg.MaterializeResult:
     extra = {
+        **(shown or {}),
         "regime": result.regime,
         "raw_version_reflected": dg.MetadataValue.int(result.raw_version or 0),
         "rows_recomputed": dg.MetadataValue.int(result.rows_recomputed),
@@ -185,7 +191,39 @@ def telemetry_hourly(
         result = reconcile_hourly(
             lakehouse, context.partition_key, _metadata(context), context.log.warning
         )
-    return _derived_result(lakehouse, control.HOURLY, result, context.partition_key)
+    chart = (
+        {"hourly_chart": hourly_chart(context.partition_key, result.written)}
+        if result.written is not None
+        else {}
+    )
+    return _derived_result(lakehouse, control.HOURLY, result, context.partition_key, chart)
+
+
+CHART_HOURS = 24
+CHART_WIDTH = 30
+
+
+def hourly_chart(subject: str, hours: pa.Table) -> dg.MetadataValue:
+    """The hours a run recomputed (the newest 24 of them) as a markdown bar chart of
+    in-spec (█) and out-of-spec (░) counts: the data itself, on the materialization."""
+    rows = sorted(hours.to_pylist(), key=lambda r: r["hour"])[-CHART_HOURS:]
+    if not rows:
+        return dg.MetadataValue.md("no hours recomputed")
+    widest = max(r["in_spec"] + r["out_of_spec"] for r in rows) or 1
+    lines = [
+        f"Subject `{subject}`, hours recomputed by this run (UTC; █ in spec, ░ out of spec)",
+        "",
+        "| hour | in spec | out of spec | |",
+        "|---|---:|---:|---|",
+    ]
+    for r in rows:
+        inside = round(CHART_WIDTH * r["in_spec"] / widest)
+        outside = round(CHART_WIDTH * r["out_of_spec"] / widest)
+        lines.append(
+            f"| {r['hour']:%Y-%m-%d %H:00} | {r['in_spec']:,} | {r['out_of_spec']:,} | "
+            f"`{'█' * inside}{'░' * outside}` |"
+        )
+    return dg.MetadataValue.md("\n".join(lines))
 
 
 telemetry_job = dg.define_asset_job(

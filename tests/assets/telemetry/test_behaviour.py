@@ -64,6 +64,12 @@ def test_a_late_file_recomputes_totals_only_from_its_start(deployment):
     assert totals["rows_replaced"] == after_start - len(late.rows)
     hourly = deployment.metadata(run, "telemetry_hourly")
     assert hourly["hours_recomputed"] == 4  # the late file covers 4 hours: only those
+    # The chart on the materialization shows those hours, with their counts.
+    chart = hourly["hourly_chart"]
+    late_hours = {r.ts.replace(minute=0, second=0, microsecond=0) for r in late.rows}
+    stored = [h for h in deployment.hourly() if h[1] in late_hours]
+    assert chart.count("\n| 20") == len(stored) == 4
+    assert all(f"| {h[1]:%Y-%m-%d %H:00} | {h[2]:,} | {h[3]:,} |" in chart for h in stored)
     assert deployment.totals() == expected_totals(FILES)
     assert deployment.hourly() == expected_hourly(FILES)
 
