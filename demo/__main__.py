@@ -16,16 +16,16 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.overwriting import visits_daily, visits_weekly
 from assets.overwriting.calendar import week_start
 from assets.overwriting.data_overwrite import VISITS_DAILY
 from assets.overwriting.exposition import read_visits
 from demo import telemetry
 from demo.generate import DAYS, write_initial_files, write_late_files
+from demo.runs import run_job
 from sensors import visits_late_files
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-ASSETS = {"visits_daily_job": visits_daily, "visits_weekly_job": visits_weekly}
+JOB_ASSETS = {"visits_daily_job": "visits_daily", "visits_weekly_job": "visits_weekly"}
 
 
 def load_definitions() -> dg.Definitions:
@@ -37,24 +37,11 @@ def load_definitions() -> dg.Definitions:
     return module.build_definitions(os.environ)
 
 
-def materialize(asset, partitions: list[str], resources, instance, tags) -> list[dict]:
-    """One run over the consecutive `partitions`, as a backfill of them launches it (the
-    assets have single-run backfill policies); each partition's metadata."""
-    if len(partitions) > 1:
-        tags = {
-            **tags,
-            "dagster/asset_partition_range_start": partitions[0],
-            "dagster/asset_partition_range_end": partitions[-1],
-        }
-    result = dg.materialize(
-        [asset],
-        partition_key=partitions[0] if len(partitions) == 1 else None,
-        resources=resources,
-        instance=instance,
-        tags=tags,
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-    )
-    return [event.metadata for event in result.asset_materializations_for_node(asset.key.path[-1])]
+def materialize(defs, job_name: str, partitions: list[str], resources, instance, tags) -> list:
+    """Each partition's metadata, from one run of `job_name` over `partitions`."""
+    result = run_job(defs, job_name, partitions, resources=resources, instance=instance, tags=tags)
+    asset = JOB_ASSETS[job_name]
+    return [event.metadata for event in result.asset_materializations_for_node(asset)]
 
 
 def checksum(rows) -> str:
@@ -71,10 +58,10 @@ def main() -> int:
     # below also reads the tables directly.
     with dg.build_resources(defs.resources) as built:
         resources = {name: getattr(built, name) for name in defs.resources}
-        return run_demo(resources, started)
+        return run_demo(defs, resources, started)
 
 
-def run_demo(resources: dict, started: float) -> int:
+def run_demo(defs: dg.Definitions, resources: dict, started: float) -> int:
     lakehouse, landing = resources["lakehouse"], resources["landing"]
     instance = dg.DagsterInstance.get()
     landing_root = Path(landing.root)
@@ -88,8 +75,9 @@ def run_demo(resources: dict, started: float) -> int:
     print("   three of them delivered twice. Backfilling every day and week ...")
     tags = {"demo/stage": "initial-load"}
     load_started = time.monotonic()
-    materialize(visits_daily, [d.isoformat() for d in DAYS], resources, instance, tags)
-    materialize(visits_weekly, [m.isoformat() for m in weeks], resources, instance, tags)
+    days, mondays = [d.isoformat() for d in DAYS], [m.isoformat() for m in weeks]
+    materialize(defs, "visits_daily_job", days, resources, instance, tags)
+    materialize(defs, "visits_weekly_job", mondays, resources, instance, tags)
     print(
         f"   {len(DAYS)} daily and {len(weeks)} weekly partitions materialized in two runs "
         f"(one per asset, single-run backfills) in {time.monotonic() - load_started:.0f} s.\n"
@@ -111,13 +99,14 @@ def run_demo(resources: dict, started: float) -> int:
     print(f"   Sensor requested {len(tick.run_requests)} runs:\n")
     print(f"   {'asset':<14} {'partition':<11} {'rows':>6} {'delta v':>7}  why")
     for request in tick.run_requests:
-        asset = ASSETS[request.job_name]
         tags = {**request.tags, "dagster/run_key": request.run_key, "demo/stage": "late-files"}
-        [metadata] = materialize(asset, [request.partition_key], resources, instance, tags)
+        [metadata] = materialize(
+            defs, request.job_name, [request.partition_key], resources, instance, tags
+        )
         # A day whose input is already committed is skipped (Transactional Writer).
         version = metadata["delta_version"].value if "delta_version" in metadata else "skip"
         print(
-            f"   {asset.key.path[-1]:<14} {request.partition_key:<11} "
+            f"   {JOB_ASSETS[request.job_name]:<14} {request.partition_key:<11} "
             f"{metadata['rows_inserted'].value:>6} {version:>7}  "
             f"changed: {request.tags['visits/changed_files']}"
         )
@@ -169,7 +158,7 @@ def run_demo(resources: dict, started: float) -> int:
     same = sorted(daily_rows) == sorted(exposed)
     print(f"   Daily table and weekly exposition hold the same visits: {'yes' if same else 'NO'}")
     print()
-    exact = telemetry.run(resources, instance)
+    exact = telemetry.run(defs, resources, instance)
     print(
         "\nRun `make demo` again: days whose files are already committed are skipped, "
         "the others rewritten; checksums and totals stay identical."

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.telemetry import assets as telemetry_assets
 from assets.telemetry import control
+from assets.telemetry.pipeline import telemetry_job
+from demo.runs import run_job
 from sensors import telemetry_files
 from sensors.ticks import evaluate_tick
 
@@ -54,8 +55,12 @@ def _write(landing_root: Path, report: Report, lines: int | None = None) -> None
     path.write_bytes(HEADER + b"".join(report.lines[:lines]))
 
 
+TELEMETRY_JOB = telemetry_job.name
+
+
 class Telemetry:
-    def __init__(self, resources: dict, instance: dg.DagsterInstance) -> None:
+    def __init__(self, defs: dg.Definitions, resources: dict, instance: dg.DagsterInstance) -> None:
+        self.defs = defs
         self.resources = resources
         self.instance = instance
         self.landing_root = Path(resources["landing"].root)
@@ -70,9 +75,10 @@ class Telemetry:
         requests = self.tick()
         print(f"   Sensor requested {len(requests)} runs (one per dirty subject):")
         for request in requests:
-            result = dg.materialize(
-                telemetry_assets,
-                partition_key=request.partition_key,
+            result = run_job(
+                self.defs,
+                TELEMETRY_JOB,
+                [request.partition_key],
                 resources=self.resources,
                 instance=self.instance,
                 tags={
@@ -80,7 +86,6 @@ class Telemetry:
                     "dagster/run_key": request.run_key,
                     "demo/stage": "telemetry",
                 },
-                run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
             )
             meta = {
                 event.asset_key.to_user_string(): event.materialization.metadata
@@ -96,14 +101,14 @@ class Telemetry:
             )
 
 
-def run(resources: dict, instance: dg.DagsterInstance) -> bool:
+def run(defs: dg.Definitions, resources: dict, instance: dg.DagsterInstance) -> bool:
     rng = random.Random(11)
     reports = [_report(s, i, rng) for s in SUBJECTS for i in range(FILES_PER_SUBJECT)]
     stragglers = [r for r in reports if r.index in (2, 5)]
     grown = next(r for r in reports if r.subject == "Tool01" and r.index == FILES_PER_SUBJECT - 1)
     first_wave = [r for r in reports if r not in stragglers]
     random.Random(12).shuffle(first_wave)
-    telemetry = Telemetry(resources, instance)
+    telemetry = Telemetry(defs, resources, instance)
     lakehouse = resources["lakehouse"]
 
     print(

@@ -1,0 +1,34 @@
+"""Runs the demo launches: of the platform's own jobs, so they show in the UI under the
+job's name (timeline, job pages) like any run the sensors or a user launch."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def run_job(
+    defs: dg.Definitions,
+    job_name: str,
+    partitions: list[str],
+    *,
+    resources: dict,
+    instance: dg.DagsterInstance,
+    tags: dict[str, str],
+) -> dg.ExecuteInProcessResult:
+    """One run of `job_name` over the consecutive `partitions`, as a backfill of them
+    launches it (its assets have single-run backfill policies)."""
+    if len(partitions) > 1:
+        tags = {
+            **tags,
+            "dagster/asset_partition_range_start": partitions[0],
+            "dagster/asset_partition_range_end": partitions[-1],
+        }
+    return defs.resolve_job_def(job_name).execute_in_process(
+        partition_key=partitions[0] if len(partitions) == 1 else None,
+        resources=resources,
+        instance=instance,
+        tags=tags,
+        run_config=QUIET,
+    )
