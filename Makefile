@@ -11,9 +11,11 @@ export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "Python 3.11+ is needed (found $$($(PYTHON) --version)); set PYTHON=python3.11"; exit 1; }
+	@# pip's output goes to a log, shown only when it fails.
+	@mkdir -p .data
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --upgrade pip > .data/setup.log 2>&1 || { cat .data/setup.log; exit 1; }
+	$(PY) -m pip install --quiet -e '.[dev]' >> .data/setup.log 2>&1 || { cat .data/setup.log; exit 1; }
 	@# Spark needs Java 17+: stop here with what to install rather than fail deep in a run.
 	@$(PY) -c 'from resources.spark import ensure_java; print("Java for Spark:", ensure_java())'
 	@# Delta Lake (and hadoop-aws for s3://) from Maven Central, once, into a cache that

@@ -5,6 +5,7 @@ the tables come out identical."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import importlib.util
@@ -12,6 +13,7 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -51,14 +53,36 @@ def checksum(rows) -> str:
     return digest.hexdigest()[:16]
 
 
+@contextlib.contextmanager
+def stderr_to(path: Path) -> Iterator[None]:
+    """Send this process's standard error (file descriptor 2) to `path`: Spark's JVM, which
+    inherits it, writes its console noise there, and the report stays readable. Restored
+    on the way out, so an error still reaches the terminal."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with path.open("ab") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def main() -> int:
     started = time.monotonic()
-    defs = load_definitions()
-    # Resolved as a run resolves them (dg.EnvVar settings read now), because the report
-    # below also reads the tables directly.
-    with dg.build_resources(defs.resources) as built:
-        resources = {name: getattr(built, name) for name in defs.resources}
-        return run_demo(defs, resources, started)
+    home = Path(os.environ.get("DAGSTER_HOME", PROJECT_ROOT / ".data" / "dagster"))
+    log = home.parent / "demo.log"
+    print(f"Spark, Dagster and set-up output: {log}")
+    with stderr_to(log):
+        defs = load_definitions()
+        # Resolved as a run resolves them (dg.EnvVar settings read now), because the
+        # report below also reads the tables directly.
+        with dg.build_resources(defs.resources) as built:
+            resources = {name: getattr(built, name) for name in defs.resources}
+            return run_demo(defs, resources, started)
 
 
 def run_demo(defs: dg.Definitions, resources: dict, started: float) -> int:
