@@ -17,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 
 from assets import database, immutable, maintenance, overwriting, telemetry, updates, warehouse
+from assets.catalog import with_catalog_policy
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.object_store import is_object_store, storage_from_environment
 from sensors import sensors
@@ -64,14 +65,16 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
 
 def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
     return dg.Definitions(
-        assets=[
-            *overwriting.assets,
-            *updates.assets,
-            *database.assets,
-            *immutable.assets,
-            *telemetry.assets,
-            *warehouse.assets,
-        ],
+        assets=with_catalog_policy(
+            [
+                *overwriting.assets,
+                *updates.assets,
+                *database.assets,
+                *immutable.assets,
+                *telemetry.assets,
+                *warehouse.assets,
+            ]
+        ),
         jobs=[
             *overwriting.jobs,
             *maintenance.jobs,

@@ -135,6 +135,20 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
     assert resources["lakehouse"].engine == "delta-rs"
 
 
+def test_every_asset_and_check_says_what_it_is_who_owns_it_and_how_to_restore_it(tmp_path):
+    defs = load_definitions_module().build_definitions({"LAKEHOUSE_ROOT": str(tmp_path / "l")})
+    graph = defs.resolve_asset_graph()
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        assert node.owners == ["team:data-platform"], key
+        assert node.tags["pattern"], key
+        assert "Restore: " in node.description and "Pattern: " in node.description, key
+        [reference] = node.metadata["dagster/code_references"].code_references
+        assert Path(reference.file_path).is_file() and reference.line_number, key
+    for check_key in graph.asset_check_keys:
+        assert graph.get_check_spec(check_key).description, check_key
+
+
 def undescribed_fields(config_type, path: str) -> list[str]:
     """The config fields under `config_type` (shapes and selectors, nested) that have no
     description."""

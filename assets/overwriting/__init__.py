@@ -8,10 +8,14 @@ from assets.overwriting.fast_metadata_cleaner import visits_weekly, weekly_parti
 from assets.overwriting.freezing import freeze_visits_weeks
 
 visits_daily_job = dg.define_asset_job(
-    "visits_daily_job", selection=[visits_daily], partitions_def=daily_partitions
+    "visits_daily_job",
+    selection=[visits_daily],
+    description="Materialize days of visits_daily (a range is one run, one commit per day).",
 )
 visits_weekly_job = dg.define_asset_job(
-    "visits_weekly_job", selection=[visits_weekly], partitions_def=weekly_partitions
+    "visits_weekly_job",
+    selection=[visits_weekly],
+    description="Materialize weeks of visits_weekly (a range is one run, one table per week).",
 )
 
 assets = [visits_weekly, visits_daily]

@@ -79,7 +79,14 @@ def replace_week(
 @dg.asset(
     partitions_def=weekly_partitions,
     backfill_policy=SINGLE_RUN,
-    check_specs=[dg.AssetCheckSpec(TABLE_COUNT_CHECK, asset="visits_weekly")],
+    check_specs=[
+        dg.AssetCheckSpec(
+            TABLE_COUNT_CHECK,
+            asset="visits_weekly",
+            description="The exposition holds fewer tables than table_limit x warn_ratio; "
+            "warns before readers suffer: run freeze_visits_weeks to fold old weeks.",
+        )
+    ],
     group_name="overwriting",
     kinds={"spark", "delta"},
 )

@@ -52,8 +52,20 @@ def _metadata(context: dg.AssetExecutionContext):
     group_name=GROUP,
     kinds={"delta"},
     check_specs=[
-        dg.AssetCheckSpec("no_failed_files", asset="telemetry_raw"),
-        dg.AssetCheckSpec("no_quarantined_files", asset="telemetry_raw"),
+        dg.AssetCheckSpec(
+            "no_failed_files",
+            asset="telemetry_raw",
+            description="No report file of the subject failed every parse attempt. A failed "
+            "file is listed with its line and error; fix and re-deliver it, or run "
+            "blacklist_telemetry_file. Warns; the subject's other files still flow.",
+        ),
+        dg.AssetCheckSpec(
+            "no_quarantined_files",
+            asset="telemetry_raw",
+            description="No file waits in quarantine (data far behind the subject's newest). "
+            "Release one with release_quarantined_file, or drop it with "
+            "blacklist_telemetry_file.",
+        ),
     ],
 )
 def telemetry_raw(
@@ -229,7 +241,6 @@ def hourly_chart(subject: str, hours: pa.Table) -> dg.MetadataValue:
 telemetry_job = dg.define_asset_job(
     "telemetry_subject",
     selection=[telemetry_raw, telemetry_running_totals, telemetry_hourly],
-    partitions_def=subjects,
     description="All pending work of one subject: ingest, running totals, hourly rollups.",
     # Launched from the launchpad too, a run carries its subject tag, so the instance's
     # one-run-per-subject limit (platform/dagster.yaml) holds for it as for sensor runs.

@@ -24,7 +24,6 @@ assets = [user_events_staging, user_events, shredded_events, warehouse_events]
 event_batch_job = dg.define_asset_job(
     "event_batch",
     selection=dg.AssetSelection.assets(user_events_staging, user_events),
-    partitions_def=event_batches,
     description="Stage, audit and publish one event batch (write-audit-publish).",
     tags=NO_RETRY_ON_REFUSAL,
 )

@@ -138,7 +138,6 @@ def warehouse_events(
 enriched_run_job = dg.define_asset_job(
     "enriched_run",
     selection=dg.AssetSelection.assets(shredded_events, warehouse_events),
-    partitions_def=enriched_runs,
     description="Stage (shred) and load one enriched run directory, through the load manifest.",
     tags=NO_RETRY_ON_REFUSAL,
 )
