@@ -36,6 +36,9 @@ test: setup
 	$(PY) -m pytest
 
 test-slow: setup
+	@# The UI test drives Debian's Chromium (Playwright never downloads a browser here).
+	@command -v chromium > /dev/null || { echo "installing Debian's chromium for the UI test"; \
+	  apt-get update -qq && apt-get install -y -qq chromium >> .data/setup.log 2>&1; }
 	$(PY) -m pytest -m slow
 
 dev: setup

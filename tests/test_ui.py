@@ -1,0 +1,184 @@
+"""The UI as a data engineer walks it: `dagster dev` on a loopback port, driven in Debian's
+headless Chromium by Playwright. Screenshots land in `.data/ui/` to look at.
+
+Three days of visits are backfilled first (one run through the CLI), so the pages have a
+partitioned asset with materializations to show.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import sync_playwright
+
+from demo.generate import DAYS, write_initial_files
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SHOTS = PROJECT_ROOT / ".data" / "ui"
+CHROMIUM = "/usr/bin/chromium"
+FIRST, LAST = DAYS[0].isoformat(), DAYS[2].isoformat()
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def environment(tmp_path_factory) -> dict[str, str]:
+    work = tmp_path_factory.mktemp("ui")
+    home = work / "dagster_home"
+    home.mkdir()
+    shutil.copy(PROJECT_ROOT / "platform" / "dagster.yaml", home / "dagster.yaml")
+    landing = work / "landing"
+    write_initial_files(landing)
+    # Only the three days backfilled below: the sensors (running in `dagster dev`) then
+    # have nothing new to launch while the pages are looked at.
+    for folder in (landing / "visits").iterdir():
+        if not FIRST <= folder.name.removeprefix("date=") <= LAST:
+            shutil.rmtree(folder)
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "LAKEHOUSE_ROOT": str(work / "lakehouse"),
+        "LANDING_ROOT": str(landing),
+        "SPARK_MASTER": "local[1]",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "dagster", "asset", "materialize", "-f", "platform/definitions.py"]
+        + ["-d", ".", "--select", "visits_daily", "--partition-range", f"{FIRST}...{LAST}"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return env
+
+
+@pytest.fixture(scope="module")
+def dagster_dev(environment) -> str:
+    """`dagster dev` in its own process group, stopped by its pid whatever happens."""
+    port = free_port()
+    log = (Path(environment["DAGSTER_HOME"]) / "dev.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml"]
+        + ["-h", "127.0.0.1", "-p", str(port)],
+        cwd=PROJECT_ROOT,
+        env=environment,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/server_info", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None, "dagster dev exited"
+                assert time.monotonic() < deadline, "dagster dev did not answer in 180 s"
+                time.sleep(1)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page(dagster_dev):
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: apt-get install chromium"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        page.set_default_timeout(60_000)
+        yield page
+        browser.close()
+
+
+def visit(page, url: str, shot: str, waits_for: str) -> str:
+    """Open `url`, wait until `waits_for` shows, save a screenshot; the page's text."""
+    page.goto(url)
+    try:
+        # A first visit asks to join the community: the dialog hides the page.
+        skip = page.get_by_role("button", name="Skip")
+        with contextlib.suppress(PlaywrightTimeout):
+            skip.wait_for(timeout=5000)
+            skip.click()
+        page.get_by_text(waits_for, exact=False).first.wait_for()
+        page.wait_for_timeout(1500)
+    finally:
+        page.screenshot(path=str(SHOTS / f"{shot}.png"))
+    return page.inner_text("body")
+
+
+def test_the_asset_graph_shows_every_group_and_a_groups_assets(page, dagster_dev):
+    text = visit(page, f"{dagster_dev}/asset-groups", "asset-graph", "overwriting")
+    for group in ("database", "immutable", "telemetry", "updates", "warehouse"):
+        assert group in text
+    text = visit(
+        page,
+        f"{dagster_dev}/locations/lakehouse/asset-groups/overwriting",
+        "asset-group-overwriting",
+        "visits_weekly",
+    )
+    assert "visits_daily" in text
+
+
+def test_the_partitions_tab_shows_the_backfilled_days(page, dagster_dev):
+    text = visit(
+        page, f"{dagster_dev}/assets/visits_daily?view=partitions", "partitions", "Materialized ("
+    )
+    assert "Materialized (3)" in text
+
+
+def test_a_materialization_shows_rows_version_and_schema(page, dagster_dev):
+    text = visit(
+        page,
+        f"{dagster_dev}/assets/visits_daily?view=events&partition={LAST}",
+        "materialization",
+        "delta_version",
+    )
+    assert "delta_version" in text
+    assert "rows_inserted" in text
+    page.get_by_text("dagster/column_schema").first.scroll_into_view_if_needed()
+    assert "visit_id" in page.inner_text("body") or "column_schema" in text
+
+
+def test_the_restore_launchpad_shows_its_fields(page, dagster_dev):
+    text = visit(
+        page,
+        f"{dagster_dev}/locations/lakehouse/jobs/restore_table/playground",
+        "restore-launchpad",
+        "restore_delta_table",
+    )
+    # The launchpad scaffolds a target and refuses to launch until it names an asset.
+    for shown in ("target", "undo_materialization", "partition"):
+        assert shown in text, shown
+    assert 'Missing required config entry "asset_key"' in text
