@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-OWNER = "team:data-platform"
+from assets.external import OWNER, landing_deps
 
 # How restore_table treats an asset's partitions (see assets/maintenance.py).
 _SLICE = (
@@ -57,7 +57,7 @@ def _with_policy(spec: dg.AssetSpec) -> dg.AssetSpec:
         f"{spec.description or ''}\n\nPattern: {pattern}. Restore: {restore.format(key=key)}"
     ).strip()
     return spec.replace_attributes(description=description).merge_attributes(
-        owners=[OWNER], tags={"pattern": pattern}
+        owners=[OWNER], tags={"pattern": pattern}, deps=landing_deps(key)
     )
 
 

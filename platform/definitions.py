@@ -18,6 +18,7 @@ import dagster as dg
 
 from assets import database, immutable, maintenance, overwriting, telemetry, updates, warehouse
 from assets.catalog import with_catalog_policy
+from assets.external import external_specs
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.object_store import is_object_store, storage_from_environment
 from sensors import sensors
@@ -74,7 +75,8 @@ def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
                 *telemetry.assets,
                 *warehouse.assets,
             ]
-        ),
+        )
+        + external_specs(),
         jobs=[
             *overwriting.jobs,
             *maintenance.jobs,

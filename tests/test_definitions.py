@@ -12,6 +12,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from assets import external
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -34,7 +36,7 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
     module = load_definitions_module()
     defs = module.build_definitions({"LAKEHOUSE_ROOT": str(tmp_path / "l")})
     graph = defs.resolve_asset_graph()
-    assert {k.to_user_string() for k in graph.get_all_asset_keys()} == {
+    assert {k.to_user_string() for k in graph.materializable_asset_keys} == {
         "visits_daily",
         "visits_weekly",
         "devices",
@@ -54,6 +56,12 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         node = graph.get(dg.AssetKey(stage))
         assert node.partitions_def.name == "enriched_runs"
         assert node.backfill_policy == dg.BackfillPolicy.single_run()
+    # Every Delta table the platform writes is in the catalog: control tables as
+    # external assets downstream of their writers, the landing zone's folders upstream.
+    assert {k.to_user_string() for k in graph.external_asset_keys} == {
+        *(f"landing/{folder}" for folder in external.LANDING),
+        *(f"control/{table}" for table in external.CONTROL),
+    }
     assert graph.get(dg.AssetKey("warehouse_events")).parent_keys == {
         dg.AssetKey("shredded_events")
     }
@@ -141,10 +149,18 @@ def test_every_asset_and_check_says_what_it_is_who_owns_it_and_how_to_restore_it
     for key in graph.get_all_asset_keys():
         node = graph.get(key)
         assert node.owners == ["team:data-platform"], key
-        assert node.tags["pattern"], key
+        assert node.tags["pattern"] and node.description, key
+        if not node.is_materializable:
+            continue
         assert "Restore: " in node.description and "Pattern: " in node.description, key
         [reference] = node.metadata["dagster/code_references"].code_references
         assert Path(reference.file_path).is_file() and reference.line_number, key
+    # The landing zone and the control tables are in the lineage.
+    assert dg.AssetKey(["landing", "visits"]) in graph.get(dg.AssetKey("visits_daily")).parent_keys
+    assert (
+        dg.AssetKey(["control", "visits_manifest"])
+        in graph.get(dg.AssetKey("visits_weekly")).child_keys
+    )
     for check_key in graph.asset_check_keys:
         assert graph.get_check_spec(check_key).description, check_key
 

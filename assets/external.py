@@ -1,0 +1,107 @@
+"""What the platform reads and keeps besides its assets' own tables, declared so that the
+catalog and the lineage show all of it: the landing zone's folders (source assets each
+asset depends on) and the control tables (written by the assets named, as part of their
+own materialization; they are never materialized alone).
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+OWNER = "team:data-platform"
+
+# Landing folder -> (the assets that read it, what lands there).
+LANDING: dict[str, tuple[tuple[str, ...], str]] = {
+    "visits": (
+        ("visits_daily", "visits_weekly"),
+        "visits/date=YYYY-MM-DD/*.jsonl, one visit per line.",
+    ),
+    "devices_cdc": (("devices",), "devices_cdc/YYYY-MM-DD.csv, a day of device changes."),
+    "device_catalog": (
+        ("device_catalog",),
+        "device_catalog/YYYY-MM-DD.jsonl, a day of catalog changes.",
+    ),
+    "payments": (("payments",), "payments/date=YYYY-MM-DD/*.jsonl, one payment per line."),
+    "telemetry": (("telemetry_raw",), "telemetry/<subject>/*.csv, report files of tools."),
+    "events": (("user_events_staging",), "events/<batch id>.jsonl, one event batch a file."),
+    "enriched": (
+        ("shredded_events",),
+        "enriched/run=YYYY-MM-DD-HH-MM-SS/, an upstream run directory, done at _SUCCESS.",
+    ),
+}
+
+# Control table -> (the assets that write it, what it holds).
+CONTROL: dict[str, tuple[tuple[str, ...], str]] = {
+    "visits_manifest": (
+        ("visits_weekly",),
+        "Which table holds each week (weekly or frozen yearly): the visits exposition.",
+    ),
+    "visit_first_seen": (("visits_daily",), "When each visit was first seen."),
+    "input_versions": (
+        ("visits_daily", "devices"),
+        "Transactional Writer: each partition's inputs, numbered, for its app transactions.",
+    ),
+    "device_catalog_versions": (
+        ("device_catalog",),
+        "The Delta version each day's MERGE created: what a backfill restores to.",
+    ),
+    "device_snapshot_manifest": (
+        ("device_snapshot",),
+        "Proxy: every snapshot, and which one readers see.",
+    ),
+    "payments_conflicts": (
+        ("payments",),
+        "Idempotency keys replayed with another payment, with both versions.",
+    ),
+    "user_sessions_retired": (("user_sessions",), "Session ids merged into another session."),
+    "user_sessions_builds": (("user_sessions",), "One row per build of a day of sessions."),
+    "telemetry_file_state": (
+        ("telemetry_raw",),
+        "Per report file: hash, size, ingested bytes, rows, status, attempts, last error.",
+    ),
+    "telemetry_ingest_events": (("telemetry_raw",), "Every ingest, retry, failure and decision."),
+    "telemetry_blacklist": (("telemetry_raw",), "Files an operator blacklisted."),
+    "telemetry_quarantine": (("telemetry_raw",), "Files set aside as too late."),
+    "load_manifest": (
+        ("shredded_events", "warehouse_events"),
+        "One row per enriched run: NEW -> PROCESSED -> LOADED, skips and who moved it.",
+    ),
+}
+
+
+def landing_key(folder: str) -> dg.AssetKey:
+    return dg.AssetKey(["landing", folder])
+
+
+def landing_deps(asset_key: str) -> list[dg.AssetKey]:
+    """The landing folders `asset_key` reads."""
+    return [landing_key(f) for f, (readers, _) in LANDING.items() if asset_key in readers]
+
+
+def external_specs() -> list[dg.AssetSpec]:
+    landing = [
+        dg.AssetSpec(
+            landing_key(folder),
+            group_name="landing",
+            kinds={"file"},
+            owners=[OWNER],
+            tags={"pattern": "landing-zone"},
+            description=f"Landing zone: {text} Read, never written, by the platform.",
+        )
+        for folder, (_, text) in LANDING.items()
+    ]
+    control = [
+        dg.AssetSpec(
+            dg.AssetKey(["control", table]),
+            deps=list(writers),
+            group_name="control",
+            kinds={"delta"},
+            owners=[OWNER],
+            tags={"pattern": "control-table"},
+            metadata={"dagster/table_name": table},
+            description=f"Control table `{table}`: {text} Written by {', '.join(writers)} in "
+            "their own runs; restore it with them.",
+        )
+        for table, (writers, text) in CONTROL.items()
+    ]
+    return landing + control
