@@ -32,6 +32,17 @@ def materialize(resources, day: dt.date, instance=None, tags=None) -> dg.Execute
     )
 
 
+def materialize_range(resources, instance, **kwargs) -> dg.ExecuteInProcessResult:
+    """DAYS as one run, as a backfill of them launches it."""
+    return dg.materialize(
+        [visits_daily],
+        resources=resources,
+        instance=instance,
+        tags=partition_range(DAYS[0], DAYS[-1]),
+        **kwargs,
+    )
+
+
 def table_rows(lakehouse, **kwargs) -> list[tuple]:
     return sorted(
         (r["visit_id"], r["event_date"], r["page"], r["source_file"], r["source_line"])
@@ -190,13 +201,7 @@ def test_bad_input_names_file_and_line_and_commits_nothing(
 def test_a_backfilled_range_is_one_run_with_a_commit_and_a_materialization_per_day(
     resources, lakehouse, three_days, instance
 ):
-    result = dg.materialize(
-        [visits_daily],
-        resources=resources,
-        instance=instance,
-        tags=partition_range(DAYS[0], DAYS[-1]),
-    )
-    events = result.asset_materializations_for_node("visits_daily")
+    events = materialize_range(resources, instance).asset_materializations_for_node("visits_daily")
     assert [e.partition for e in events] == [day.isoformat() for day in DAYS]
     # Each day is its own commit, reported on its own partition: restore and the
     # sensors see the days exactly as after three runs of one day each.
@@ -207,12 +212,7 @@ def test_a_backfilled_range_is_one_run_with_a_commit_and_a_materialization_per_d
     assert len(table_rows(lakehouse)) == 60
     version = lakehouse.version(VISITS_DAILY)
 
-    replay = dg.materialize(
-        [visits_daily],
-        resources=resources,
-        instance=instance,
-        tags=partition_range(DAYS[0], DAYS[-1]),
-    ).asset_materializations_for_node("visits_daily")
+    replay = materialize_range(resources, instance).asset_materializations_for_node("visits_daily")
     assert [e.metadata["skipped"].value.startswith("already committed") for e in replay] == [
         True
     ] * 3
@@ -225,13 +225,7 @@ def test_a_bad_day_fails_its_range_by_name_and_the_other_days_land(
     resources, lakehouse, three_days, write_visits, instance
 ):
     bad = write_visits(DAYS[1], "bad.jsonl", '{"visit_id": "broken", "user_id": \n')
-    result = dg.materialize(
-        [visits_daily],
-        resources=resources,
-        instance=instance,
-        tags=partition_range(DAYS[0], DAYS[-1]),
-        raise_on_error=False,
-    )
+    result = materialize_range(resources, instance, raise_on_error=False)
     assert not result.success
     error = result.get_step_failure_events()[0].event_specific_data.error.to_string()
     assert "1 of 3 partitions failed (2024-01-02); 2 committed" in error
@@ -243,12 +237,7 @@ def test_a_bad_day_fails_its_range_by_name_and_the_other_days_land(
         "2024-01-03",
     }
     bad.unlink()
-    again = dg.materialize(
-        [visits_daily],
-        resources=resources,
-        instance=instance,
-        tags=partition_range(DAYS[0], DAYS[-1]),
-    ).asset_materializations_for_node("visits_daily")
+    again = materialize_range(resources, instance).asset_materializations_for_node("visits_daily")
     assert ["skipped" in e.metadata for e in again] == [True, False, True]
     assert len(table_rows(lakehouse)) == 60
 

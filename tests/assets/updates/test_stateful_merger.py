@@ -131,16 +131,22 @@ def assert_versions_consistent(lakehouse, states):
         assert catalog(lakehouse, version) == state, day
 
 
-def test_backfilling_a_middle_day_equals_a_clean_run(
-    tmp_path, spark, resources, lakehouse, landing, write_catalog
-):
+def merge_every_day_then_correct_day_two(resources, write_catalog) -> list[tuple]:
+    """Every day merged in order; then day 2's file is corrected after day 3 already
+    changed the same rows. Returns the corrected rows."""
     for day, rows in FILES.items():
         write_catalog(day, rows)
     for day in DAYS:
         run(resources, day)
-    # Day 2's file is corrected after day 3 already changed the same rows.
     corrected = [("a", "Apple", "iPhone 15 Pro (fixed)", "A17"), ("c", "Samsung", "S24", "Exynos")]
     write_catalog(DAYS[1], corrected)
+    return corrected
+
+
+def test_backfilling_a_middle_day_equals_a_clean_run(
+    tmp_path, spark, resources, lakehouse, landing, write_catalog
+):
+    corrected = merge_every_day_then_correct_day_two(resources, write_catalog)
 
     backfill = run(resources, DAYS[1])
     assert metadata_of(backfill)["plan"].value == "restore"
@@ -158,12 +164,7 @@ def test_backfilling_a_middle_day_equals_a_clean_run(
 def test_a_backfilled_range_is_one_run_that_restores_once_and_equals_a_clean_run(
     tmp_path, spark, resources, lakehouse, landing, write_catalog
 ):
-    for day, rows in FILES.items():
-        write_catalog(day, rows)
-    for day in DAYS:
-        run(resources, day)
-    corrected = [("a", "Apple", "iPhone 15 Pro (fixed)", "A17"), ("c", "Samsung", "S24", "Exynos")]
-    write_catalog(DAYS[1], corrected)
+    corrected = merge_every_day_then_correct_day_two(resources, write_catalog)
 
     backfill = dg.materialize(
         [device_catalog], resources=resources, tags=partition_range(DAYS[1], DAYS[-1])
