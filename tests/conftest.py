@@ -71,10 +71,14 @@ ENGINES = ["delta-rs", pytest.param("delta-spark", marks=pytest.mark.delta_spark
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that launch several run processes at once boot a JVM in each with delta-spark
-    (one to two minutes on 2 cores): that half runs in `make test-slow`, the delta-rs half
-    in `make test`."""
+    (one to two minutes on 2 cores), and long scenarios whose engine operations the port's
+    contract tests already cover on delta-spark: their delta-spark half runs in
+    `make test-slow`, the delta-rs half in `make test`."""
     for item in items:
-        if item.get_closest_marker("run_processes") and item.get_closest_marker("delta_spark"):
+        long_on_spark = item.get_closest_marker("run_processes") or item.get_closest_marker(
+            "long_on_delta_spark"
+        )
+        if long_on_spark and item.get_closest_marker("delta_spark"):
             item.add_marker(pytest.mark.slow)
 
 

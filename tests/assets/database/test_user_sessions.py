@@ -111,7 +111,13 @@ def test_a_bridging_visit_merges_sessions_and_retires_the_later_id(
     assert tables(lakehouse) == once
 
 
-@pytest.mark.parametrize("order", [(DAY, NEXT), (NEXT, DAY)], ids=["in-order", "next-day-first"])
+@pytest.mark.parametrize(
+    "order",
+    [
+        pytest.param((DAY, NEXT), id="in-order"),
+        pytest.param((NEXT, DAY), id="next-day-first", marks=pytest.mark.long_on_delta_spark),
+    ],
+)
 def test_sessions_across_midnight_are_whole_whatever_the_order_of_days(
     resources, lakehouse, write_visits, order
 ):

@@ -7,6 +7,7 @@ import datetime as dt
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from support import day_of_visits, partition_range, visit
 
 from assets.overwriting import freeze_visits_weeks, visits_weekly
@@ -122,6 +123,7 @@ def freeze(resources, **config) -> dg.ExecuteInProcessResult:
     )
 
 
+@pytest.mark.long_on_delta_spark
 def test_freezing_folds_old_weeks_by_iso_year_and_keeps_the_exposition_identical(
     resources, lakehouse, spark, write_visits
 ):

@@ -198,6 +198,8 @@ BAD = {
 }
 
 
+# Parsing is the same on either engine; delta-spark's half runs in `make test-slow`.
+@pytest.mark.long_on_delta_spark
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_a_bad_line_is_named_and_loses_nothing_committed(deployment, case):
     deployment.settings = TelemetrySettings(retry_backoff_seconds=0, max_parse_attempts=2)

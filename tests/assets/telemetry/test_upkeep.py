@@ -4,6 +4,7 @@ pipeline carries on exactly as before (compaction is not work for the sensor).""
 from __future__ import annotations
 
 import dagster as dg
+import pytest
 from telemetry_history import expected_hourly, expected_totals, history
 
 from assets.maintenance import compact_tables
@@ -27,6 +28,7 @@ def compact(deployment) -> dict:
     return output.event_specific_data.metadata["compacted"].value
 
 
+@pytest.mark.long_on_delta_spark
 def test_compaction_bin_packs_small_files_and_changes_no_row(deployment):
     deployment.deliver(f for f in FILES if f not in LATE)
     assert len(deployment.run_pending()) == 2

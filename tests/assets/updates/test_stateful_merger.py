@@ -161,6 +161,7 @@ def test_backfilling_a_middle_day_equals_a_clean_run(
     assert_versions_consistent(lakehouse, reference)
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_backfilled_range_is_one_run_that_restores_once_and_equals_a_clean_run(
     tmp_path, spark, resources, lakehouse, landing, write_catalog
 ):
@@ -197,6 +198,7 @@ def test_a_range_stops_at_its_first_bad_day(resources, lakehouse, landing, write
     assert [recorded_version(lakehouse, day) for day in DAYS[1:]] == [None, None, None]
 
 
+@pytest.mark.long_on_delta_spark
 def test_compaction_and_an_empty_day_do_not_shift_the_day_to_version_link(
     tmp_path, spark, resources, lakehouse, landing, write_catalog
 ):
