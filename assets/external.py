@@ -69,6 +69,11 @@ CONTROL: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
+# The file sensors' own control table: what they remember of each landed file.
+SENSOR_STATE = "sensor_file_state"
+SENSOR_STATE_READS = ("visits", "devices_cdc", "device_catalog", "telemetry", "events")
+
+
 def landing_key(folder: str) -> dg.AssetKey:
     return dg.AssetKey(["landing", folder])
 
@@ -104,4 +109,19 @@ def external_specs() -> list[dg.AssetSpec]:
         )
         for table, (writers, text) in CONTROL.items()
     ]
-    return landing + control
+    sensor_state = dg.AssetSpec(
+        dg.AssetKey(["control", SENSOR_STATE]),
+        deps=[landing_key(folder) for folder in SENSOR_STATE_READS],
+        group_name="control",
+        kinds={"delta"},
+        owners=[OWNER],
+        tags={"pattern": "control-table"},
+        metadata={"dagster/table_name": SENSOR_STATE},
+        description=f"Control table `{SENSOR_STATE}`: per file sensor and landed file, its "
+        "size, mtime and content hash (and subject), so a file is hashed again only when it "
+        "moved. Written by the sensors visits_late_files, change_files, event_batch_files "
+        "and telemetry_files, whose cursors hold only this table's version. Deleting a "
+        "sensor's rows (or resetting its cursor) makes it hash every file once again; run "
+        "keys keep that from launching work twice.",
+    )
+    return [*landing, *control, sensor_state]

@@ -1,13 +1,13 @@
 """The main job: generate visits, materialize every week and day on the Dagster instance
 under DAGSTER_HOME, deliver late files, let the sensor pick the dirty partitions, run only
-those, and report; then the same for telemetry report files (demo/telemetry.py). Run twice:
-the tables come out identical."""
+those, and report; then the same for telemetry report files (demo/telemetry.py) and the
+devices change files (demo/updates.py). Run twice: the tables come out identical, and the
+report says whether this run reproduced the previous run's checksums."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import importlib.util
 import os
 import sys
@@ -21,10 +21,12 @@ import dagster as dg
 from assets.overwriting.calendar import week_start
 from assets.overwriting.data_overwrite import VISITS_DAILY
 from assets.overwriting.exposition import read_visits
-from demo import telemetry
+from demo import telemetry, updates
 from demo.generate import DAYS, write_initial_files, write_late_files
+from demo.report import checksum, compare_with_previous
 from demo.runs import run_job
 from sensors import visits_late_files
+from sensors.ticks import evaluate_tick
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 JOB_ASSETS = {"visits_daily_job": "visits_daily", "visits_weekly_job": "visits_weekly"}
@@ -44,13 +46,6 @@ def materialize(defs, job_name: str, partitions: list[str], resources, instance,
     result = run_job(defs, job_name, partitions, resources=resources, instance=instance, tags=tags)
     asset = JOB_ASSETS[job_name]
     return [event.metadata for event in result.asset_materializations_for_node(asset)]
-
-
-def checksum(rows) -> str:
-    digest = hashlib.sha256()
-    for row in sorted(rows):
-        digest.update(repr(row).encode())
-    return digest.hexdigest()[:16]
 
 
 @contextlib.contextmanager
@@ -82,10 +77,10 @@ def main() -> int:
         # report below also reads the tables directly.
         with dg.build_resources(defs.resources) as built:
             resources = {name: getattr(built, name) for name in defs.resources}
-            return run_demo(defs, resources, started)
+            return run_demo(defs, resources, started, home.parent / "demo-checksums.json")
 
 
-def run_demo(defs: dg.Definitions, resources: dict, started: float) -> int:
+def run_demo(defs: dg.Definitions, resources: dict, started: float, checksums_file: Path) -> int:
     lakehouse, landing = resources["lakehouse"], resources["landing"]
     instance = dg.DagsterInstance.get()
     landing_root = Path(landing.root)
@@ -107,8 +102,8 @@ def run_demo(defs: dg.Definitions, resources: dict, started: float) -> int:
         f"(one per asset, single-run backfills) in {time.monotonic() - load_started:.0f} s.\n"
     )
 
-    context = dg.build_sensor_context(instance=instance, resources={"landing": landing})
-    baseline = visits_late_files(context)
+    sensor_resources = {"landing": landing, "lakehouse": lakehouse}
+    baseline = evaluate_tick(visits_late_files, instance, None, sensor_resources)
     print(f"2. Sensor tick on unchanged files: {len(baseline.run_requests)} runs requested.\n")
 
     late = write_late_files(landing_root)
@@ -116,10 +111,7 @@ def run_demo(defs: dg.Definitions, resources: dict, started: float) -> int:
         "3. Late delivery: " + ", ".join(Path(p).relative_to(landing_root).as_posix() for p in late)
     )
     print("   (plus one unchanged file re-notified)")
-    context = dg.build_sensor_context(
-        instance=instance, cursor=baseline.cursor, resources={"landing": landing}
-    )
-    tick = visits_late_files(context)
+    tick = evaluate_tick(visits_late_files, instance, baseline.cursor, sensor_resources)
     print(f"   Sensor requested {len(tick.run_requests)} runs:\n")
     print(f"   {'asset':<14} {'partition':<11} {'rows':>6} {'delta v':>7}  why")
     for request in tick.run_requests:
@@ -134,12 +126,8 @@ def run_demo(defs: dg.Definitions, resources: dict, started: float) -> int:
             f"{metadata['rows_inserted'].value:>6} {version:>7}  "
             f"changed: {request.tags['visits/changed_files']}"
         )
-    context = dg.build_sensor_context(
-        instance=instance, cursor=tick.cursor, resources={"landing": landing}
-    )
-    print(
-        f"\n   Next sensor tick: {len(visits_late_files(context).run_requests)} runs requested.\n"
-    )
+    settled = evaluate_tick(visits_late_files, instance, tick.cursor, sensor_resources)
+    print(f"\n   Next sensor tick: {len(settled.run_requests)} runs requested.\n")
 
     spark = resources["spark"].session()
     daily = lakehouse.read_arrow(VISITS_DAILY).to_pylist()
@@ -182,13 +170,20 @@ def run_demo(defs: dg.Definitions, resources: dict, started: float) -> int:
     same = sorted(daily_rows) == sorted(exposed)
     print(f"   Daily table and weekly exposition hold the same visits: {'yes' if same else 'NO'}")
     print()
-    exact = telemetry.run(defs, resources, instance)
+    checksums = {
+        "visits_daily": checksum(daily_rows) if same else "MISMATCH",
+        "visits (weekly exposition)": checksum(exposed) if same else "MISMATCH",
+        **telemetry.run(defs, resources, instance),
+        **updates.run(defs, resources, instance),
+    }
+    correct = "MISMATCH" not in checksums.values()
+    print(compare_with_previous(checksums_file, checksums))
     print(
-        "\nRun `make demo` again: days whose files are already committed are skipped, "
-        "the others rewritten; checksums and totals stay identical."
+        "Run `make demo` again: work already committed is skipped, the rest rewritten; "
+        "checksums and totals stay identical."
     )
     print(f"Done in {time.monotonic() - started:.0f} s. `make dev` shows these runs in the UI.")
-    return 0 if same and exact else 1
+    return 0 if correct else 1
 
 
 if __name__ == "__main__":

@@ -21,15 +21,16 @@ from dataclasses import dataclass
 import dagster as dg
 
 from assets.materialization import latest_materialization, recorded_source_digest
-from assets.updates import device_catalog, devices
-from resources import LandingZone
+from assets.updates import device_catalog, device_catalog_job, devices, devices_job
+from resources import Lakehouse, LandingZone
 from resources.landing import Fingerprint, sources_digest
-from sensors.fingerprints import dump_fingerprints, load_fingerprints
+from sensors import file_state
 
 
 @dataclass(frozen=True)
 class ChangeSource:
     asset: dg.AssetsDefinition
+    job_name: str
     folder: str
     suffix: str
 
@@ -44,8 +45,8 @@ class ChangeSource:
 
 
 SOURCES = (
-    ChangeSource(devices, "devices_cdc", ".csv"),
-    ChangeSource(device_catalog, "device_catalog", ".jsonl"),
+    ChangeSource(devices, devices_job.name, "devices_cdc", ".csv"),
+    ChangeSource(device_catalog, device_catalog_job.name, "device_catalog", ".jsonl"),
 )
 
 
@@ -80,7 +81,7 @@ def _states(
 def _request(source: ChangeSource, day: dt.date, key: str, trigger: str) -> dg.RunRequest:
     return dg.RunRequest(
         run_key=key,
-        asset_selection=[source.asset.key],
+        job_name=source.job_name,
         partition_key=day.isoformat(),
         tags={"updates/trigger": trigger},
     )
@@ -128,7 +129,7 @@ def catalog_request(source: ChangeSource, states: dict[dt.date, DayState]) -> li
 
 
 @dg.sensor(
-    asset_selection=[devices, device_catalog],
+    jobs=[devices_job, device_catalog_job],
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Materializes new and changed days of `devices` (devices_cdc/YYYY-MM-DD.csv) "
@@ -136,8 +137,11 @@ def catalog_request(source: ChangeSource, states: dict[dt.date, DayState]) -> li
     "since each day builds on the one before). Run keys carry the file's digest: an "
     "unchanged file never launches a run twice.",
 )
-def change_files(context: dg.SensorEvaluationContext, landing: LandingZone) -> dg.SensorResult:
-    previous, _ = load_fingerprints(context.cursor)
+def change_files(
+    context: dg.SensorEvaluationContext, landing: LandingZone, lakehouse: Lakehouse
+) -> dg.SensorResult:
+    state = file_state.load(lakehouse, change_files.name, context.cursor, context.log)
+    previous = state.fingerprints
     current: dict[str, Fingerprint] = {}
     requests: list[dg.RunRequest] = []
     for source in SOURCES:
@@ -159,4 +163,7 @@ def change_files(context: dg.SensorEvaluationContext, landing: LandingZone) -> d
             requests += devices_requests(source, states)
         else:
             requests += catalog_request(source, states)
-    return dg.SensorResult(run_requests=requests, cursor=dump_fingerprints(current))
+    return dg.SensorResult(
+        run_requests=requests,
+        cursor=file_state.store(lakehouse, change_files.name, state, current),
+    )

@@ -1,14 +1,14 @@
 """Event batches: registers each landed `events/<batch_id>.jsonl` as a partition of
 `event_batches` and requests its `event_batch` run. Run keys are the batch's content
 digest, so a re-notified unchanged batch launches nothing and a changed one runs again.
-Only files whose size or mtime moved are hashed (the cursor keeps fingerprints)."""
+Only files whose size or mtime moved are hashed (`sensors/file_state.py`)."""
 
 import dagster as dg
 
 from assets.warehouse import event_batch_job, event_batches
 from assets.warehouse.events_source import EVENTS_FOLDER
-from resources import LandingZone
-from sensors.fingerprints import dump_fingerprints, load_fingerprints
+from resources import Lakehouse, LandingZone
+from sensors import file_state
 
 SUFFIX = ".jsonl"
 
@@ -28,8 +28,11 @@ def batch_id_of(path: str) -> str | None:
     description="Requests an `event_batch` run (stage, audit, publish to user_events) for "
     "every new or changed events/batch=<id>.jsonl file; run keys carry its digest.",
 )
-def event_batch_files(context: dg.SensorEvaluationContext, landing: LandingZone) -> dg.SensorResult:
-    previous, _ = load_fingerprints(context.cursor)
+def event_batch_files(
+    context: dg.SensorEvaluationContext, landing: LandingZone, lakehouse: Lakehouse
+) -> dg.SensorResult:
+    state = file_state.load(lakehouse, event_batch_files.name, context.cursor, context.log)
+    previous = state.fingerprints
     current, requests, skipped = {}, [], []
     for stat in landing.list(EVENTS_FOLDER, suffix=SUFFIX):
         batch_id = batch_id_of(stat.path)
@@ -53,5 +56,5 @@ def event_batch_files(context: dg.SensorEvaluationContext, landing: LandingZone)
     return dg.SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=[event_batches.build_add_request(new)] if new else [],
-        cursor=dump_fingerprints(current),
+        cursor=file_state.store(lakehouse, event_batch_files.name, state, current),
     )

@@ -22,7 +22,7 @@ from assets.telemetry.subjects import (
     subjects,
 )
 from resources import Lakehouse, LandingZone
-from sensors.fingerprints import dump_fingerprints, load_fingerprints
+from sensors import file_state
 
 
 @dg.sensor(
@@ -39,7 +39,8 @@ def telemetry_files(
     lakehouse: Lakehouse,
     telemetry: TelemetrySettings,
 ) -> dg.SensorResult:
-    previous, previous_subjects = load_fingerprints(context.cursor)
+    state = file_state.load(lakehouse, telemetry_files.name, context.cursor, context.log)
+    previous, previous_subjects = state.fingerprints, state.labels
     current, subject_by_path = {}, {}
     for stat in landing.list(LANDING_PREFIX, suffix=REPORT_SUFFIX):
         fingerprint = landing.fingerprint(stat, previous)
@@ -98,5 +99,5 @@ def telemetry_files(
         dynamic_partitions_requests=[subjects.build_add_request(new_subjects)]
         if new_subjects
         else [],
-        cursor=dump_fingerprints(current, subject_by_path),
+        cursor=file_state.store(lakehouse, telemetry_files.name, state, current, subject_by_path),
     )

@@ -1,12 +1,12 @@
 """The visits file sensor: new days and weeks, and late files for materialized ones.
 
 It never starts Spark: it lists the landing zone, hashes only files whose size or mtime
-moved (the cursor remembers the rest), and compares each touched partition's source
-digest with the digest its latest materialization recorded. A partition never
+moved (`sensors/file_state.py` remembers the rest), and compares each touched partition's
+source digest with the digest its latest materialization recorded. A partition never
 materialized is new and gets its first run; a materialized one gets a run only when its
 input really changed. Run keys carry that digest, so a re-notified file can never launch
 the same work twice. A file of a day or week whose partition does not exist yet (today,
-the current week) is kept out of the cursor, so it is looked at again until its
+the current week) is kept out of the remembered state, so it is looked at again until its
 partition exists and is requested then.
 """
 
@@ -23,9 +23,9 @@ from assets.overwriting import (
     weekly_partitions,
 )
 from assets.overwriting.calendar import day_of_file, week_start
-from resources import LandingZone
+from resources import Lakehouse, LandingZone
 from resources.landing import Fingerprint, sources_digest
-from sensors.fingerprints import dump_fingerprints, load_fingerprints
+from sensors import file_state
 
 VISITS_DAILY = dg.AssetKey("visits_daily")
 VISITS_WEEKLY = dg.AssetKey("visits_weekly")
@@ -128,8 +128,11 @@ def latest_recorded_digest(
     "or removed files); hashes only files whose size or mtime moved. Run keys carry the "
     "files' digest, so nothing runs twice.",
 )
-def visits_late_files(context: dg.SensorEvaluationContext, landing: LandingZone) -> dg.SensorResult:
-    previous, _ = load_fingerprints(context.cursor)
+def visits_late_files(
+    context: dg.SensorEvaluationContext, landing: LandingZone, lakehouse: Lakehouse
+) -> dg.SensorResult:
+    state = file_state.load(lakehouse, visits_late_files.name, context.cursor, context.log)
+    previous = state.fingerprints
     current = {
         stat.path: landing.fingerprint(stat, previous)
         for stat in landing.list("visits", suffix=".jsonl")
@@ -158,5 +161,10 @@ def visits_late_files(context: dg.SensorEvaluationContext, landing: LandingZone)
             )
             for partition in dirty
         ],
-        cursor=dump_fingerprints({p: f for p, f in current.items() if p not in waiting}),
+        cursor=file_state.store(
+            lakehouse,
+            visits_late_files.name,
+            state,
+            {p: f for p, f in current.items() if p not in waiting},
+        ),
     )

@@ -6,7 +6,28 @@ import datetime as dt
 import os
 from pathlib import Path
 
+from resources import Lakehouse, LandingZone, SparkResource
+
 DELTA_JARS = os.environ.get("DELTA_SPARK_JARS", "")
+
+
+class NoSpark(SparkResource):
+    """A Spark resource that fails whoever asks it for a session: proves that code which
+    must never start a JVM (sensors) does not."""
+
+    def session(self):
+        raise AssertionError("started Spark where no Spark may start")
+
+
+def sensor_resources(landing: LandingZone) -> dict:
+    """What a file sensor gets in a deployment whose engine is delta-spark, with Spark
+    out of reach: the test's landing zone and the lakehouse beside it (the `lakehouse`
+    fixture's root)."""
+    root = Path(landing.root).parent / "lakehouse"
+    return {
+        "landing": landing,
+        "lakehouse": Lakehouse(root=str(root), engine="delta-spark", spark=NoSpark()),
+    }
 
 
 def run_process_env(home: Path, lakehouse, landing, **extra: str) -> dict[str, str]:

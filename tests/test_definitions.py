@@ -61,6 +61,7 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
     assert {k.to_user_string() for k in graph.external_asset_keys} == {
         *(f"landing/{folder}" for folder in external.LANDING),
         *(f"control/{table}" for table in external.CONTROL),
+        f"control/{external.SENSOR_STATE}",
     }
     assert graph.get(dg.AssetKey("warehouse_events")).parent_keys == {
         dg.AssetKey("shredded_events")

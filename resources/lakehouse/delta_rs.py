@@ -139,6 +139,9 @@ class DeltaRsEngine(port.DeltaEngine):
         try:
             return DeltaTable(table, version=version, storage_options=self._storage_options)
         except TableNotFoundError as e:
+            if version is not None and self.exists(table):
+                # delta-rs says "not found" for a version whose log entry is gone.
+                raise port.VersionUnavailableError(table, version, str(e)) from e
             raise port.TableNotFoundError(table) from e
         except DeltaError as e:
             if version is not None:

@@ -83,6 +83,20 @@ class Lakehouse(dg.ConfigurableResource):
                 self._engine = DeltaRsEngine(spark=self.spark.session, storage_options=options)
         return self._engine
 
+    def in_process(self) -> Lakehouse:
+        """This lakehouse through delta-rs alone, whatever its engine: for the small
+        commits of code that must not start a JVM (a sensor's own state). Tables written
+        by one engine are readable and writable by the other."""
+        if self.engine == "delta-rs":
+            return self
+        return Lakehouse(
+            root=self.root,
+            engine="delta-rs",
+            spark=self.spark,
+            s3=self.s3,
+            commit_attempts=self.commit_attempts,
+        )
+
     def _filesystem(self) -> tuple[pafs.FileSystem, Callable[[str], str]]:
         """The filesystem under the root, and how a URI becomes its path there."""
         storage = self._storage()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from support import sensor_resources
 
 from assets.warehouse import EventSettings, event_batches, user_events, user_events_staging
 from assets.warehouse.events_source import batch_file
@@ -157,10 +158,10 @@ def test_the_sensor_registers_batches_and_launches_each_content_once(
     (Path(landing.root) / "events" / "nested" / "x.jsonl").write_text("{}\n")
 
     def tick(cursor: str | None) -> dg.SensorResult:
-        context = dg.build_sensor_context(
-            instance=instance, cursor=cursor, resources={"landing": landing}
-        )
-        return event_batch_files(context)
+        with dg.build_sensor_context(
+            instance=instance, cursor=cursor, resources=sensor_resources(landing)
+        ) as context:
+            return event_batch_files(context)
 
     first = tick(None)
     assert sorted(r.partition_key for r in first.run_requests) == ["b1", "b2"]
