@@ -79,6 +79,7 @@ def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
         + external_specs(),
         jobs=[
             *overwriting.jobs,
+            *updates.jobs,
             *maintenance.jobs,
             *immutable.jobs,
             *telemetry.jobs,

@@ -1,0 +1,170 @@
+"""The updates part of the demo: daily change files for `devices` (Merger) and
+`device_catalog` (Stateful Merger) land, the `change_files` sensor asks for their days
+(the catalog's one at a time, in order), and a corrected catalog day delivered late makes
+the catalog restore to the day before and merge the days after it again. Both tables come
+out equal to the changes folded here in Python, straight from the generated files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import shutil
+from pathlib import Path
+
+import dagster as dg
+
+from assets.updates.change_files import (
+    CATALOG_COLUMNS,
+    DEVICE_COLUMNS,
+    device_catalog_path,
+    devices_cdc_path,
+)
+from demo.report import checksum
+from demo.runs import run_job
+from sensors import change_files
+from sensors.ticks import evaluate_tick
+
+FIRST_DAY = dt.date(2025, 1, 6)
+DAYS = [FIRST_DAY + dt.timedelta(days=i) for i in range(6)]
+CORRECTED = DAYS[2]
+TYPES = ["phone", "tablet", "watch"]
+BRANDS = ["Acme", "Globex", "Initech", "Umbrella"]
+CPUS = ["Snapdragon", "Tensor", "Exynos", "Dimensity"]
+
+
+def _cdc_day(day: dt.date, rng: random.Random) -> list[tuple[str, str, str, bool]]:
+    """(type, full_name, version, is_deleted) lines: new devices, renames, deletions."""
+    lines = []
+    for _ in range(30):
+        kind, version = rng.choice(TYPES), str(rng.randrange(1, 25))
+        deleted = rng.random() < 0.15
+        lines.append((kind, f"{kind.title()} {version} rev {day:%m%d}", version, deleted))
+    return lines
+
+
+def _catalog_day(day: dt.date, rng: random.Random, *, corrected: bool = False) -> list[dict]:
+    rows = []
+    for _ in range(25):
+        model = rng.randrange(60)
+        rows.append(
+            {
+                "id": f"m{model:03d}",
+                "brand_name": rng.choice(BRANDS),
+                "full_name": f"Model {model} ({day:%b %d}{', corrected' if corrected else ''})",
+                "processor_brand": rng.choice(CPUS),
+            }
+        )
+    return rows
+
+
+def _write_cdc(landing: Path, day: dt.date, lines) -> None:
+    path = landing / devices_cdc_path(day)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = "".join(f"{t};{n};{v};{str(d).lower()}\n" for t, n, v, d in lines)
+    path.write_text("type;full_name;version;is_deleted\n" + body, encoding="utf-8")
+
+
+def _write_catalog(landing: Path, day: dt.date, rows: list[dict]) -> None:
+    path = landing / device_catalog_path(day)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+
+
+def expected_devices(days: dict[dt.date, list]) -> set[tuple[str, str, str]]:
+    """The Merger's result: each day in order, a key's last line wins within a day; a
+    deletion removes the device, a deleted device is never inserted."""
+    table: dict[tuple[str, str], str] = {}
+    for day in sorted(days):
+        last = {(t, v): (n, d) for t, n, v, d in days[day]}
+        for (kind, version), (name, deleted) in last.items():
+            if deleted:
+                table.pop((kind, version), None)
+            else:
+                table[(kind, version)] = name
+    return {(kind, name, version) for (kind, version), name in table.items()}
+
+
+def expected_catalog(days: dict[dt.date, list[dict]]) -> set[tuple[str, ...]]:
+    """The Stateful Merger's result: the days merged in date order, whatever order they
+    (or their corrections) arrived in."""
+    table: dict[str, dict] = {}
+    for day in sorted(days):
+        for row in days[day]:
+            table[row["id"]] = row
+    return {tuple(row[c] for c in CATALOG_COLUMNS) for row in table.values()}
+
+
+def _settle(defs, resources, instance, cursor: str | None, tags: dict) -> tuple[str | None, list]:
+    """Sensor ticks, each followed by the runs it asked for, until a tick asks for none.
+    Returns the cursor and the (job, partition, trigger) of every run."""
+    sensor_resources = {"landing": resources["landing"], "lakehouse": resources["lakehouse"]}
+    launched = []
+    while True:
+        tick = evaluate_tick(change_files, instance, cursor, sensor_resources)
+        cursor = tick.cursor
+        if not tick.run_requests:
+            return cursor, launched
+        for request in tick.run_requests:
+            run_tags = {**request.tags, **tags, "dagster/run_key": request.run_key}
+            run_job(
+                defs,
+                request.job_name,
+                [request.partition_key],
+                resources=resources,
+                instance=instance,
+                tags=run_tags,
+            )
+            launched.append((request.job_name, request.partition_key, request.tags))
+
+
+def _table(lakehouse, table: str, columns: tuple[str, ...]) -> set[tuple[str, ...]]:
+    return {tuple(row[c] for c in columns) for row in lakehouse.read_arrow(table).to_pylist()}
+
+
+def run(defs: dg.Definitions, resources: dict, instance: dg.DagsterInstance) -> dict[str, str]:
+    """Prints its part of the report; returns each table's content checksum (or "MISMATCH")."""
+    landing_root, lakehouse = Path(resources["landing"].root), resources["lakehouse"]
+    for folder in ("devices_cdc", "device_catalog"):
+        shutil.rmtree(landing_root / folder, ignore_errors=True)
+    rng = random.Random(11)
+    cdc = {day: _cdc_day(day, rng) for day in DAYS}
+    catalog = {day: _catalog_day(day, rng) for day in DAYS}
+    for day in DAYS:
+        _write_cdc(landing_root, day, cdc[day])
+        _write_catalog(landing_root, day, catalog[day])
+    print(
+        f"6. Updates: {len(DAYS)} days of devices_cdc/*.csv and device_catalog/*.jsonl "
+        f"({DAYS[0]} .. {DAYS[-1]})."
+    )
+    cursor, launched = _settle(defs, resources, instance, None, {"demo/stage": "updates"})
+    by_job = {job: [p for j, p, _ in launched if j == job] for job in ("devices_job",)}
+    catalog_order = [p for j, p, _ in launched if j == "device_catalog_job"]
+    print(
+        f"   change_files sensor: {len(by_job['devices_job'])} devices runs, "
+        f"{len(catalog_order)} device_catalog runs, one day at a time in order "
+        f"({', '.join(p[5:] for p in catalog_order) or 'none: all committed'})."
+    )
+    catalog[CORRECTED] = _catalog_day(CORRECTED, random.Random(99), corrected=True)
+    _write_catalog(landing_root, CORRECTED, catalog[CORRECTED])
+    print(f"   A corrected {device_catalog_path(CORRECTED)} lands late ...")
+    cursor, launched = _settle(defs, resources, instance, cursor, {"demo/stage": "correction"})
+    for job, partition, tags in launched:
+        print(f"   {job:<19} {partition}  {tags.get('updates/trigger', '')}")
+    checksums = {}
+    for table, got, want in (
+        ("devices", _table(lakehouse, "devices", DEVICE_COLUMNS), expected_devices(cdc)),
+        (
+            "device_catalog",
+            _table(lakehouse, "device_catalog", CATALOG_COLUMNS),
+            expected_catalog(catalog),
+        ),
+    ):
+        same = got == want
+        checksums[table] = checksum(got) if same else "MISMATCH"
+        print(
+            f"   {table}: {len(got)} rows, content checksum {checksum(got)}; equal to the "
+            f"changes folded in date order: {'yes' if same else 'NO'}"
+        )
+    print()
+    return checksums
