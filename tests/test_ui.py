@@ -182,15 +182,21 @@ def test_the_restore_launchpad_shows_its_fields(page, dagster_dev):
     for shown in ("target", "undo_materialization", "partition"):
         assert shown in text, shown
     assert 'Missing required config entry "asset_key"' in text
-    # The other target, a table version: choosing it and scaffolding what is missing
-    # writes its `table` and `version` fields into the editor.
+    # The other target, a table version: the launchpad names its `table` and `version`
+    # fields, with an example, until both are given; then the run can launch.
     editor = page.locator(".CodeMirror").first
     editor.click()
     page.keyboard.press("Control+A")
     page.keyboard.type("ops: {restore_delta_table: {config: {target: {table_version: {}}}}}")
-    page.get_by_role("button", name="Scaffold missing config").click()
-    page.get_by_text("version:").first.wait_for()
-    page.wait_for_timeout(1000)
+    missing = "Missing required config entries ['table', 'version']"
+    page.get_by_text(missing).first.wait_for()
     page.screenshot(path=str(SHOTS / "restore-launchpad-table-version.png"))
-    scaffolded = editor.inner_text()
-    assert "table_version" in scaffolded and "version:" in scaffolded and "table:" in scaffolded
+    page.keyboard.press("Control+A")
+    page.keyboard.type(
+        "ops: {restore_delta_table: {config: {target: "
+        "{table_version: {table: visits_daily, version: 3}}}}}"
+    )
+    page.get_by_text(missing).first.wait_for(state="detached")
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(SHOTS / "restore-launchpad-table-version-complete.png"))
+    assert page.get_by_role("button", name="Launch Run").is_enabled()
