@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	@$(PY) -c 'from resources.spark import ensure_java; print("Java for Spark:", ensure_java())'
 	@# Delta Lake (and hadoop-aws for s3://) from Maven Central, once, into a cache that
 	@# every later run reuses without touching the network.
-	$(PY) -m resources.spark_packages
+	$(PY) -c 'from resources.spark_packages import main; main([])'
 	touch $(STAMP)
 
 $(DAGSTER_HOME)/dagster.yaml: platform/dagster.yaml

@@ -72,7 +72,7 @@ def resolved_jars(packages: Sequence[str], *, cache: Path | None = None) -> list
     if not manifest.is_file():
         raise SparkPackagesError(
             f"Spark packages {', '.join(packages)} are not resolved in {cache}: run "
-            "`make setup` (or `python -m resources.spark_packages`) once with access to "
+            "`make setup` once with access to "
             "Maven Central, or set DELTA_SPARK_JARS to the jar files"
         )
     jars = manifest.read_text().split()
@@ -122,6 +122,7 @@ def resolve(packages: Sequence[str], *, cache: Path | None = None) -> list[str]:
 
 
 PACKAGE_GROUPS = {"delta": delta_packages, "s3": s3_packages}
+RUN_MAIN = "import sys; from resources.spark_packages import main; main(sys.argv[1:])"
 
 
 def main(argv: Sequence[str]) -> None:
@@ -133,8 +134,8 @@ def main(argv: Sequence[str]) -> None:
         print(f"Spark packages {', '.join(packages)}: {len(jars)} jars, {size:.0f} MiB, cached")
         return
     for group in PACKAGE_GROUPS:
-        subprocess.run([sys.executable, "-m", "resources.spark_packages", group], check=True)
+        # Each group in a process of its own: a JVM resolves one set of packages. Not
+        # `-m resources.spark_packages`: the `resources` package imports this module
+        # first, and runpy warns about running it again as __main__.
+        subprocess.run([sys.executable, "-c", RUN_MAIN, group], check=True)
 
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
