@@ -13,6 +13,7 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import PrivateAttr
 
+from resources.jvm_output import JvmOutput
 from resources.object_store import S3Storage
 from resources.spark_packages import delta_packages, resolved_jars, s3_packages
 
@@ -105,6 +106,8 @@ class SparkResource(dg.ConfigurableResource):
     extra_config: dict[str, str] = {}
 
     _lazy: LazyPySparkResource | None = PrivateAttr(default=None)
+    _jvm_output: JvmOutput | None = PrivateAttr(default=None)
+    _log: Any = PrivateAttr(default=None)
     _remote_session: SparkSession | None = PrivateAttr(default=None)
 
     def spark_config(self) -> dict[str, Any]:
@@ -174,8 +177,26 @@ class SparkResource(dg.ConfigurableResource):
             return self._remote_session
         if self._lazy is None:
             ensure_java()
+            self._jvm_output = JvmOutput()
             self._lazy = LazyPySparkResource(spark_config=self.spark_config())
+            with self._jvm_output.captured():
+                self._lazy.spark_session  # noqa: B018 - starts the JVM, its output captured
+            self.forward_jvm_output()
         return self._lazy.spark_session
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._log = context.log
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self.forward_jvm_output()
+        if self._jvm_output is not None:
+            self._jvm_output.close()
+
+    def forward_jvm_output(self) -> None:
+        """What the JVM wrote since the last call, to the run's log at WARN (without a
+        run, it stays in its file)."""
+        if self._jvm_output is not None and self._log is not None:
+            self._jvm_output.forward(self._log.warning)
 
     def ui_urls(self) -> dict[str, str]:
         """Web UIs of the Spark this run uses, if it started one: the application's UI

@@ -138,4 +138,3 @@ def main(argv: Sequence[str]) -> None:
         # `-m resources.spark_packages`: the `resources` package imports this module
         # first, and runpy warns about running it again as __main__.
         subprocess.run([sys.executable, "-c", RUN_MAIN, group], check=True)
-
