@@ -27,7 +27,13 @@ $(DAGSTER_HOME)/dagster.yaml: platform/dagster.yaml
 	mkdir -p $(DAGSTER_HOME)
 	cp platform/dagster.yaml $@
 
-setup: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
+# Plain `dagster dev` / `dagster asset materialize` run in this folder use the project's
+# instance too: Dagster's CLI reads `.env` from its working directory. The default is
+# absolute (Dagster requires it), and a DAGSTER_HOME already set still wins.
+.env:
+	echo 'DAGSTER_HOME=$${DAGSTER_HOME:-$(DAGSTER_HOME)}' > $@
+
+setup: $(STAMP) $(DAGSTER_HOME)/dagster.yaml .env
 
 demo: setup
 	$(PY) -u -m demo

@@ -108,3 +108,32 @@ def test_every_readme_cli_command_works_as_written(tmp_path, spark):
         True,
         "known bad export",
     )
+
+
+def test_plain_dagster_commands_in_the_project_use_its_instance(tmp_path):
+    """Without DAGSTER_HOME, `dagster dev` and the other commands run in the project's
+    folder use the instance set-up made (`.env`), not a temporary one; a DAGSTER_HOME
+    that is set still wins."""
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    plain = subprocess.run(
+        [sys.executable, "-m", "dagster", "instance", "info"],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert plain.returncode == 0, plain.stderr
+    project_home = PROJECT_ROOT / ".data" / "dagster"
+    assert f"$DAGSTER_HOME: {project_home}\n" in plain.stdout
+    # Its configuration is the project's: one run per telemetry subject, for one.
+    assert "telemetry/subject" in plain.stdout
+    elsewhere = subprocess.run(
+        [sys.executable, "-m", "dagster", "instance", "info"],
+        env={**env, "DAGSTER_HOME": str(tmp_path)},
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert f"$DAGSTER_HOME: {tmp_path}\n" in elsewhere.stdout
