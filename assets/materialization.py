@@ -13,6 +13,7 @@ from typing import Any
 
 import dagster as dg
 
+from assets.columns import column_description
 from resources.lakehouse import CommitResult, Lakehouse
 from resources.lakehouse.port import normalize_metrics
 from resources.lakehouse.predicates import Predicate, eq
@@ -74,26 +75,24 @@ def standard_table_metadata(
         "dagster/table_name": table,
         "dagster/uri": lakehouse.uri(table),
     }
-    if not lakehouse.exists(table):
+    facts = lakehouse.table_facts(table, where=partition_rows)
+    if facts is None:
         return metadata
     metadata["dagster/column_schema"] = dg.TableSchema(
         columns=[
             dg.TableColumn(
                 column.name,
                 column.type,
-                description=column.comment or None,
+                description=column.comment or column_description(table, column.name),
                 constraints=dg.TableColumnConstraints(nullable=column.nullable),
             )
-            for column in lakehouse.columns(table)
+            for column in facts.columns
         ]
     )
-    rows = lakehouse.count_from_log(table)
-    if rows is not None:
-        metadata["dagster/row_count"] = dg.MetadataValue.int(rows)
-    if partition_rows is not None:
-        in_partition = lakehouse.count_from_log(table, where=partition_rows)
-        if in_partition is not None:
-            metadata["dagster/partition_row_count"] = dg.MetadataValue.int(in_partition)
+    if facts.rows is not None:
+        metadata["dagster/row_count"] = dg.MetadataValue.int(facts.rows)
+    if facts.selected_rows is not None:
+        metadata["dagster/partition_row_count"] = dg.MetadataValue.int(facts.selected_rows)
     return metadata
 
 
@@ -103,7 +102,8 @@ def _summary(
     operation: str,
     metrics: Mapping[str, int],
     partition_key: str | None,
-    sources: Sequence[Fingerprint],
+    source_files: int,
+    digest: str | None,
     outcome: str,
 ) -> dg.MetadataValue:
     """What changed and why, in two lines of markdown."""
@@ -116,11 +116,7 @@ def _summary(
             ("rows_deleted", "deleted"),
         )
     )
-    why = (
-        f"from {len(sources)} source file(s), digest `{sources_digest(sources)[:12]}`"
-        if sources
-        else ""
-    )
+    why = f"from {source_files} source file(s), digest `{digest[:12]}`" if digest else ""
     return dg.MetadataValue.md(
         f"**{operation}** on {where}`{table}`: {outcome}.  \nRows {changed}. {why}".rstrip()
     )
@@ -174,7 +170,8 @@ def materialization_metadata(
         operation=result.operation,
         metrics=result.metrics,
         partition_key=partition_key,
-        sources=sources,
+        source_files=len(sources),
+        digest=metadata.get(SOURCE_DIGEST),
         outcome=f"committed version {result.version}",
     )
     for name, url in lakehouse.spark.ui_urls().items():
@@ -213,7 +210,8 @@ def skipped_metadata(
         operation="NONE",
         metrics=metrics,
         partition_key=partition_key,
-        sources=sources,
+        source_files=len(sources),
+        digest=metadata.get(SOURCE_DIGEST),
         outcome=f"nothing committed ({reason})",
     )
     metadata.update(extra or {})

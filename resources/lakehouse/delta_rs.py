@@ -169,24 +169,10 @@ class DeltaRsEngine(port.DeltaEngine):
         result = QueryBuilder().register("t", self._table(table, version)).execute(query)
         return _plain_types(pa.table(result.read_all()))
 
-    def _files_selected(
-        self, delta: DeltaTable, where: Predicate | None
-    ) -> tuple[pa.Table, pa.Table] | None:
-        """The flattened add actions of the table's files and of the files `where`
-        selects, when it names partition columns only (None otherwise, before the add
-        actions are loaded)."""
-        if where is not None and not where.columns() <= set(delta.metadata().partition_columns):
-            return None
-        files = pa.table(delta.get_add_actions(flatten=True))
-        if where is None or files.num_rows == 0:
-            return files, files
-        mask = _partition_mask(where, files)
-        return None if mask is None else (files, files.filter(pc.fill_null(mask, False)))
-
     def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int]:
         """(files of the partitions `where` selects, files of the table), from the log."""
         delta = self._table(table)
-        files = self._files_selected(delta, where)
+        files = _files_selected(delta, where)
         if files is None:
             raise port.LakehouseError(
                 f"{where.render('datafusion')} names columns that do not partition {table} "
@@ -198,31 +184,24 @@ class DeltaRsEngine(port.DeltaEngine):
     def count_from_log(
         self, table: str, *, where: Predicate | None = None, version: int | None = None
     ) -> int | None:
-        # Files that may carry deletion vectors count their deleted rows too: not exact.
-        delta = self._table(table, version)
-        if "deletionVectors" in (delta.protocol().writer_features or []):
-            return None
-        selection = self._files_selected(delta, where)
-        if selection is None:
-            return None
-        _, files = selection
-        if files.num_rows == 0:
-            return 0
-        rows = files.column("num_records")
-        if rows.null_count:
-            return None
-        return pc.sum(rows).as_py() or 0
+        return _rows_from_log(self._table(table, version), where)
 
-    def columns(self, table: str) -> list[port.Column]:
-        return [
-            port.Column(
-                field.name,
-                _type_name(json.loads(field.type.to_json())),
-                field.nullable,
-                str(field.metadata.get("comment", "")),
-            )
-            for field in self._table(table).schema().fields
-        ]
+    def table_facts(self, table: str, *, where: Predicate | None = None) -> port.TableFacts | None:
+        try:
+            delta = self._table(table)
+        except port.TableNotFoundError:
+            return None
+        # One snapshot, one list of files: the table's count and the partition's.
+        files = pa.table(delta.get_add_actions(flatten=True))
+        selected = None
+        if where is not None and _on_partitions(delta, where):
+            selected = _in_partitions(files, where)
+        return port.TableFacts(
+            delta.version(),
+            _columns(delta),
+            _sum_rows(delta, files),
+            None if selected is None else _sum_rows(delta, selected),
+        )
 
     def count(self, table: str, *, where: Predicate | None = None) -> int:
         from_log = self.count_from_log(table, where=where)
@@ -383,6 +362,59 @@ class DeltaRsEngine(port.DeltaEngine):
 
     def is_commit_conflict(self, error: Exception) -> bool:
         return isinstance(error, CommitFailedError)
+
+
+def _files_selected(delta: DeltaTable, where: Predicate | None) -> tuple[pa.Table, pa.Table] | None:
+    """The flattened add actions of the table's files and of the files `where`
+    selects, when it names partition columns only (None otherwise, before the add
+    actions are loaded)."""
+    if where is not None and not _on_partitions(delta, where):
+        return None
+    files = pa.table(delta.get_add_actions(flatten=True))
+    selected = _in_partitions(files, where)
+    return None if selected is None else (files, selected)
+
+
+def _on_partitions(delta: DeltaTable, where: Predicate) -> bool:
+    return where.columns() <= set(delta.metadata().partition_columns)
+
+
+def _in_partitions(files: pa.Table, where: Predicate | None) -> pa.Table | None:
+    """The add actions of the partitions `where` selects (None: it cannot tell)."""
+    if where is None or files.num_rows == 0:
+        return files
+    mask = _partition_mask(where, files)
+    return None if mask is None else files.filter(pc.fill_null(mask, False))
+
+
+def _columns(delta: DeltaTable) -> list[port.Column]:
+    return [
+        port.Column(
+            field.name,
+            _type_name(json.loads(field.type.to_json())),
+            field.nullable,
+            str(field.metadata.get("comment", "")),
+        )
+        for field in delta.schema().fields
+    ]
+
+
+def _rows_from_log(delta: DeltaTable, where: Predicate | None) -> int | None:
+    """Rows of the files `where` selects, summed from the log's per-file counts."""
+    selection = _files_selected(delta, where)
+    return None if selection is None else _sum_rows(delta, selection[1])
+
+
+def _sum_rows(delta: DeltaTable, files: pa.Table) -> int | None:
+    # Files that may carry deletion vectors count their deleted rows too: not exact.
+    if "deletionVectors" in (delta.protocol().writer_features or []):
+        return None
+    if files.num_rows == 0:
+        return 0
+    rows = files.column("num_records")
+    if rows.null_count:
+        return None
+    return pc.sum(rows).as_py() or 0
 
 
 def _history_entry(raw: Mapping[str, Any]) -> port.HistoryEntry:

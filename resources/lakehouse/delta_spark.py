@@ -151,8 +151,8 @@ class DeltaSparkEngine(port.DeltaEngine):
     ) -> int | None:
         return self._log.count_from_log(table, where=where, version=version)
 
-    def columns(self, table: str) -> list[port.Column]:
-        return self._log.columns(table)
+    def table_facts(self, table: str, *, where: Predicate | None = None) -> port.TableFacts | None:
+        return self._log.table_facts(table, where=where)
 
     def read_arrow(
         self,

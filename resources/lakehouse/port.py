@@ -116,6 +116,18 @@ class Column:
 
 
 @dataclass(frozen=True)
+class TableFacts:
+    """What the log of one version tells about a table, without reading data."""
+
+    version: int
+    columns: list[Column]
+    rows: int | None
+    """None when the log cannot tell exactly (files without counts, deletion vectors)."""
+    selected_rows: int | None
+    """Rows of the partitions a predicate selected (None: no predicate, or not exact)."""
+
+
+@dataclass(frozen=True)
 class AppTransaction:
     """Delta's idempotent-writer marker: `version` is committed atomically with the data,
     so a writer can tell after a crash whether its batch already landed.
@@ -274,8 +286,9 @@ class DeltaEngine(ABC):
         exact (`where` names a data column, a file has no count, deletion vectors)."""
 
     @abstractmethod
-    def columns(self, table: str) -> list[Column]:
-        """The table's schema, from the log."""
+    def table_facts(self, table: str, *, where: Predicate | None = None) -> TableFacts | None:
+        """Schema and row counts (of the table, and of the partitions `where` selects) of
+        the latest version, from one read of the log; None when there is no table."""
 
     @abstractmethod
     def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int]:

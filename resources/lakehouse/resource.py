@@ -205,9 +205,10 @@ class Lakehouse(dg.ConfigurableResource):
         per-file counts alone; None when the log cannot tell exactly."""
         return self._delta().count_from_log(self.uri(table), where=where, version=version)
 
-    def columns(self, table: str) -> list[port.Column]:
-        """The table's Delta schema."""
-        return self._delta().columns(self.uri(table))
+    def table_facts(self, table: str, *, where: Predicate | None = None) -> port.TableFacts | None:
+        """Schema, version and row counts (of the table; of the partitions `where`
+        selects) from one read of the log; None when the table does not exist."""
+        return self._delta().table_facts(self.uri(table), where=where)
 
     def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int]:
         """(files in the partitions `where` selects, files in the table): what a write

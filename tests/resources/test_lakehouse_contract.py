@@ -158,11 +158,28 @@ def test_overwrite_with_a_predicate_replaces_exactly_that_window(lake):
 
 def test_columns_are_the_delta_schema(lake):
     lake.append("t", devices([("a", 1, "x")]), metadata=META, partition_by=["day"])
-    assert [(c.name, c.type) for c in lake.columns("t")] == [
+    assert [(c.name, c.type) for c in lake.table_facts("t").columns] == [
         ("device", "string"),
         ("day", "date"),
         ("name", "string"),
     ]
+
+
+def test_table_facts_are_the_schema_and_counts_of_one_snapshot(lake):
+    assert lake.table_facts("t") is None
+    lake.append(
+        "t",
+        devices([("a", 1, "x"), ("b", 2, "y"), ("c", 2, "z")]),
+        metadata=META,
+        partition_by=["day"],
+    )
+    day2 = eq("day", dt.date(2024, 1, 2))
+    facts = lake.table_facts("t", where=day2)
+    assert (facts.version, facts.rows, facts.selected_rows) == (0, 3, 2)
+    assert [c.name for c in facts.columns] == ["device", "day", "name"]
+    # A predicate on data columns is not a fact of the log.
+    assert lake.table_facts("t", where=eq("device", "a")).selected_rows is None
+    assert lake.table_facts("t").selected_rows is None
 
 
 def test_merge_applies_conditional_clauses_in_order(lake):
