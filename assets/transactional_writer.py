@@ -170,6 +170,16 @@ class TransactionalWrite:
     result: CommitResult | None
     skipped: str | None = None
 
+    def progress(self) -> dict[str, Any]:
+        """What a progress line says of it."""
+        if self.result is None:
+            return {"skipped": self.skipped}
+        metrics = self.result.metrics
+        return {
+            "delta_version": self.result.version,
+            **{name: metrics[name] for name in ("rows_inserted", "rows_updated", "rows_deleted")},
+        }
+
 
 def write_exactly_once(
     lakehouse: Lakehouse,

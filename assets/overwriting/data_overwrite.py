@@ -17,6 +17,7 @@ from assets.overwriting.calendar import parse_day
 from assets.overwriting.visit_first_seen import record_first_seen
 from assets.overwriting.visits_source import parse_landed_visits
 from assets.partition_range import SINGLE_RUN, materialize_partitions
+from assets.progress import Progress
 from assets.transactional_writer import transactional_metadata, write_partition_once
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import AppTransaction, CommitResult
@@ -48,7 +49,10 @@ def visits_daily(
 
     def materialize_day(partition_key: str) -> dict[str, Any]:
         day = parse_day(partition_key)
-        parsed = parse_landed_visits(spark.session(), landing, [day])
+        progress = Progress(context.log, f"{VISITS_DAILY} {partition_key}")
+        with progress.phase("read") as read:
+            parsed = parse_landed_visits(spark.session(), landing, [day])
+            read.update(files=len(parsed.sources), **parsed.facts())
         metadata = commit_metadata(context, partition_key=partition_key, sources=parsed.sources)
 
         def write(app_transaction: AppTransaction, facts: Mapping[str, Any]) -> CommitResult:
@@ -71,25 +75,31 @@ def visits_daily(
                 app_transaction=app_transaction,
             )
 
-        outcome = write_partition_once(
-            context,
-            lakehouse,
-            partition_key=partition_key,
-            table=VISITS_DAILY,
-            sources=parsed.sources,
-            write=write,
-            create_empty=lambda: lakehouse.append(
-                VISITS_DAILY, parsed.frame.limit(0), partition_by=["event_date"], metadata=metadata
-            ),
-        )
-        return transactional_metadata(
-            lakehouse,
-            outcome,
-            table=VISITS_DAILY,
-            partition_key=partition_key,
-            sources=parsed.sources,
-            extra={**parsed.facts(), **partition_slice("event_date", day)},
-        )
+        with progress.phase("write") as written:
+            outcome = write_partition_once(
+                context,
+                lakehouse,
+                partition_key=partition_key,
+                table=VISITS_DAILY,
+                sources=parsed.sources,
+                write=write,
+                create_empty=lambda: lakehouse.append(
+                    VISITS_DAILY,
+                    parsed.frame.limit(0),
+                    partition_by=["event_date"],
+                    metadata=metadata,
+                ),
+            )
+            written.update(outcome.progress())
+        with progress.phase("metadata"):
+            return transactional_metadata(
+                lakehouse,
+                outcome,
+                table=VISITS_DAILY,
+                partition_key=partition_key,
+                sources=parsed.sources,
+                extra={**parsed.facts(), **partition_slice("event_date", day)},
+            )
 
     materialize_partitions(context, materialize_day, on_failure="continue")
     return dg.MaterializeResult()

@@ -26,6 +26,7 @@ from assets.overwriting.exposition import (
 )
 from assets.overwriting.visits_source import parse_landed_visits
 from assets.partition_range import SINGLE_RUN, materialize_partitions
+from assets.progress import Progress
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import CommitResult
 from resources.lakehouse.predicates import eq
@@ -108,13 +109,24 @@ def visits_weekly(
 
     def materialize_week(partition_key: str) -> dict[str, Any]:
         monday = parse_day(partition_key)
-        parsed = parse_landed_visits(spark.session(), landing, days_of_week(monday))
-        result = replace_week(
-            lakehouse,
-            monday,
-            parsed.frame.withColumn("week_start", F.lit(monday)),
-            metadata=commit_metadata(context, partition_key=partition_key, sources=parsed.sources),
-        )
+        progress = Progress(context.log, f"visits_weekly {partition_key}")
+        with progress.phase("read") as read:
+            parsed = parse_landed_visits(spark.session(), landing, days_of_week(monday))
+            read.update(files=len(parsed.sources), **parsed.facts())
+        with progress.phase("write") as written:
+            result = replace_week(
+                lakehouse,
+                monday,
+                parsed.frame.withColumn("week_start", F.lit(monday)),
+                metadata=commit_metadata(
+                    context, partition_key=partition_key, sources=parsed.sources
+                ),
+            )
+            written.update(
+                table=result.table,
+                delta_version=result.version,
+                rows_inserted=result.metrics["rows_inserted"],
+            )
         return materialization_metadata(
             lakehouse,
             result,

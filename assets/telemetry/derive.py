@@ -46,6 +46,15 @@ class Reconciled:
     written: pa.Table | None = None
     """The rows this run wrote (hourly: the recomputed hours)."""
 
+    def progress(self) -> dict[str, object]:
+        """What a progress line says of it."""
+        return {
+            "regime": self.regime,
+            "rows_recomputed": self.rows_recomputed,
+            "rows_replaced": self.rows_replaced,
+            "delta_version": self.commit.version if self.commit else "none (nothing to do)",
+        }
+
 
 def _dirty(
     lakehouse: Lakehouse, table: str, subject: str

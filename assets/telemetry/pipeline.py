@@ -12,6 +12,7 @@ import dagster as dg
 import pyarrow as pa
 
 from assets.materialization import commit_metadata, materialization_metadata
+from assets.progress import Progress
 from assets.telemetry import control
 from assets.telemetry.derive import Reconciled, reconcile_hourly, reconcile_totals
 from assets.telemetry.ingest import SubjectIngest, metadata_lists
@@ -81,7 +82,10 @@ def telemetry_raw(
     Control tables: telemetry_file_state, telemetry_ingest_events, telemetry_quarantine,
     telemetry_blacklist."""
     subject = context.partition_key
-    with redo_if_stale(context):
+    with (
+        Progress(context.log, f"telemetry_raw {subject}").phase("ingest") as ingested,
+        redo_if_stale(context),
+    ):
         report = SubjectIngest(
             lakehouse=lakehouse,
             landing=landing,
@@ -91,6 +95,12 @@ def telemetry_raw(
             commit_metadata=_metadata(context),
             now=dt.datetime.now(dt.UTC),
         ).run()
+        ingested.update(
+            files_applied=len(report.applied),
+            files_unchanged=report.unchanged,
+            rows_written=report.rows_written,
+            raw_version=report.raw_version,
+        )
     open_quarantine = report.open_quarantine
     failed = sorted(
         f"{s.source}: {s.last_error}" for s in report.states.values() if s.status == "failed"
@@ -181,10 +191,16 @@ def telemetry_running_totals(
     of the subject's history (ordered by ts, source, line). Data after everything stored
     is seeded from the last totals; late data is repaired from its earliest point on;
     the rest is never recomputed. Records the raw version it reflects."""
-    with redo_if_stale(context):
+    with (
+        Progress(context.log, f"telemetry_running_totals {context.partition_key}").phase(
+            "reconcile"
+        ) as reconciled,
+        redo_if_stale(context),
+    ):
         result = reconcile_totals(
             lakehouse, context.partition_key, _metadata(context), context.log.warning
         )
+        reconciled.update(result.progress())
     return _derived_result(lakehouse, control.TOTALS, result, context.partition_key)
 
 
@@ -199,10 +215,16 @@ def telemetry_hourly(
 ) -> dg.MaterializeResult:
     """Per subject and UTC hour: summed counts and rows. Only hours touched by changed
     files are recomputed."""
-    with redo_if_stale(context):
+    with (
+        Progress(context.log, f"telemetry_hourly {context.partition_key}").phase(
+            "reconcile"
+        ) as reconciled,
+        redo_if_stale(context),
+    ):
         result = reconcile_hourly(
             lakehouse, context.partition_key, _metadata(context), context.log.warning
         )
+        reconciled.update(result.progress())
     chart = (
         {"hourly_chart": hourly_chart(context.partition_key, result.written)}
         if result.written is not None

@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 from assets.materialization import commit_metadata
 from assets.overwriting.calendar import parse_day
+from assets.progress import Progress
 from assets.transactional_writer import transactional_metadata, write_partition_once
 from assets.updates.change_files import DEVICE_COLUMNS, parse_device_changes
 from resources import Lakehouse, LandingZone, SparkResource
@@ -48,28 +49,33 @@ def devices(
     """Devices known today, identified by (type, version), kept by merging each day's
     `devices_cdc/YYYY-MM-DD.csv`: deleted rows are removed and never re-inserted, a key
     changed twice in one file takes the file's last line."""
-    changes = parse_device_changes(spark.session(), landing, parse_day(context.partition_key))
+    progress = Progress(context.log, f"{DEVICES} {context.partition_key}")
+    with progress.phase("read") as read:
+        changes = parse_device_changes(spark.session(), landing, parse_day(context.partition_key))
+        read.update(files=1, **changes.facts())
     metadata = commit_metadata(
         context, partition_key=context.partition_key, sources=[changes.source]
     )
-    outcome = write_partition_once(
-        context,
-        lakehouse,
-        partition_key=context.partition_key,
-        table=DEVICES,
-        sources=[changes.source],
-        write=lambda app_transaction, facts: lakehouse.merge(
-            DEVICES,
-            changes.frame.select(*DEVICE_COLUMNS, F.col("is_deleted")),
-            on="t.type = s.type AND t.version = s.version",
-            clauses=DEVICE_MERGE,
-            metadata={**metadata, **facts},
-            app_transaction=app_transaction,
-        ),
-        create_empty=lambda: lakehouse.append(
-            DEVICES, DEVICES_SCHEMA.empty_table(), metadata=metadata
-        ),
-    )
+    with progress.phase("merge") as merged:
+        outcome = write_partition_once(
+            context,
+            lakehouse,
+            partition_key=context.partition_key,
+            table=DEVICES,
+            sources=[changes.source],
+            write=lambda app_transaction, facts: lakehouse.merge(
+                DEVICES,
+                changes.frame.select(*DEVICE_COLUMNS, F.col("is_deleted")),
+                on="t.type = s.type AND t.version = s.version",
+                clauses=DEVICE_MERGE,
+                metadata={**metadata, **facts},
+                app_transaction=app_transaction,
+            ),
+            create_empty=lambda: lakehouse.append(
+                DEVICES, DEVICES_SCHEMA.empty_table(), metadata=metadata
+            ),
+        )
+        merged.update(outcome.progress())
     return dg.MaterializeResult(
         metadata=transactional_metadata(
             lakehouse,

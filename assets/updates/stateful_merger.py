@@ -30,6 +30,7 @@ from pyspark.sql import SparkSession
 from assets.materialization import commit_metadata, materialization_metadata
 from assets.overwriting.calendar import parse_day
 from assets.partition_range import SINGLE_RUN, materialize_partitions
+from assets.progress import Progress
 from assets.updates.change_files import CATALOG_COLUMNS, parse_catalog_changes
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import (
@@ -179,11 +180,16 @@ def merge_day(
 ) -> dict[str, Any]:
     """Bring the catalog to day `day`'s state (see `plan_day`); its metadata."""
     partition_key = day.isoformat()
-    changes = parse_catalog_changes(session, landing, day)
-    previous = recorded_version(lakehouse, day - dt.timedelta(days=1))
-    base = EMPTY if previous is None else str(previous)
-    commits = commits_after(lakehouse, previous)
-    plan = plan_day(partition_key, base, commits)
+    progress = Progress(context.log, f"{DEVICE_CATALOG} {partition_key}")
+    with progress.phase("read") as read:
+        changes = parse_catalog_changes(session, landing, day)
+        read.update(files=1, **changes.facts())
+    with progress.phase("plan") as planned:
+        previous = recorded_version(lakehouse, day - dt.timedelta(days=1))
+        base = EMPTY if previous is None else str(previous)
+        commits = commits_after(lakehouse, previous)
+        plan = plan_day(partition_key, base, commits)
+        planned.update(action=plan.action, base_version=base)
 
     def meta(step: str) -> dict[str, Any]:
         return commit_metadata(
@@ -205,16 +211,22 @@ def merge_day(
                 f"state day {day - dt.timedelta(days=1)} left"
             )
             lakehouse.restore(DEVICE_CATALOG, plan.version, metadata=meta("reset"))
-        result = lakehouse.merge(
-            DEVICE_CATALOG,
-            changes.frame,
-            on="t.id = s.id",
-            clauses=[
-                WhenMatchedUpdate(set={name: f"s.{name}" for name in CATALOG_COLUMNS}),
-                WhenNotMatchedInsert(values={name: f"s.{name}" for name in CATALOG_COLUMNS}),
-            ],
-            metadata=meta("merge"),
-        )
+        with progress.phase("merge") as merged:
+            result = lakehouse.merge(
+                DEVICE_CATALOG,
+                changes.frame,
+                on="t.id = s.id",
+                clauses=[
+                    WhenMatchedUpdate(set={name: f"s.{name}" for name in CATALOG_COLUMNS}),
+                    WhenNotMatchedInsert(values={name: f"s.{name}" for name in CATALOG_COLUMNS}),
+                ],
+                metadata=meta("merge"),
+            )
+            merged.update(
+                delta_version=result.version,
+                rows_inserted=result.metrics["rows_inserted"],
+                rows_updated=result.metrics["rows_updated"],
+            )
     record_version(lakehouse, day, result.version, meta("record"))
     return materialization_metadata(
         lakehouse,

@@ -88,7 +88,9 @@ def test_running_a_day_twice_gives_identical_content(resources, lakehouse, three
     assert metadata["dagster/partition_row_count"].value == 20
     assert metadata["dagster/table_name"].value == "visits_daily"
     assert metadata["dagster/uri"].value == lakehouse.uri(VISITS_DAILY)
-    schema = {c.name: c.type for c in metadata["dagster/column_schema"].value.columns}
+    columns = metadata["dagster/column_schema"].value.columns
+    assert all(c.description for c in columns), [c.name for c in columns if not c.description]
+    schema = {c.name: c.type for c in columns}
     assert (schema["visit_id"], schema["event_date"], schema["source_line"]) == (
         "string",
         "date",
@@ -288,3 +290,21 @@ def test_a_backfill_as_several_concurrent_runs_lands_every_partition(
     metadata = [r.asset_materialization.metadata for r in records]
     assert len(metadata) == len(work)
     assert sum("skipped" in m for m in metadata) == 1
+
+
+def test_each_partition_reports_its_phases_in_the_runs_log(resources, instance, three_days):
+    """A long step says where it is: per partition, what each phase read or wrote and
+    how long it took."""
+    result = materialize_range(resources, instance)
+    messages = [
+        record.user_message
+        for record in instance.all_logs(result.run_id)
+        if record.user_message.startswith(f"{VISITS_DAILY} 2024-01-0")
+    ]
+    assert len(messages) == 9  # read, write, metadata for each of the three days
+    read, write, metadata = messages[3:6]
+    assert read.startswith("visits_daily 2024-01-02: read (files 1, lines_read 20,")
+    assert write.startswith("visits_daily 2024-01-02: write (delta_version ")
+    assert "rows_inserted 20" in write
+    assert metadata.startswith("visits_daily 2024-01-02: metadata in ")
+    assert all(message.endswith(" s") for message in messages)
