@@ -21,7 +21,7 @@ import dagster as dg
 from assets.overwriting.calendar import week_start
 from assets.overwriting.data_overwrite import VISITS_DAILY
 from assets.overwriting.exposition import read_visits
-from demo import telemetry, updates
+from demo import database, telemetry, updates, warehouse
 from demo.generate import DAYS, write_initial_files, write_late_files
 from demo.report import checksum, compare_with_previous
 from demo.runs import run_job
@@ -175,6 +175,8 @@ def run_demo(defs: dg.Definitions, resources: dict, started: float, checksums_fi
         "visits (weekly exposition)": checksum(exposed) if same else "MISMATCH",
         **telemetry.run(defs, resources, instance),
         **updates.run(defs, resources, instance),
+        **database.run(defs, resources, instance, DAYS),
+        **warehouse.run(defs, resources, instance),
     }
     correct = "MISMATCH" not in checksums.values()
     print(compare_with_previous(checksums_file, checksums))

@@ -16,6 +16,7 @@ def run_job(
     resources: dict,
     instance: dg.DagsterInstance,
     tags: dict[str, str],
+    raise_on_error: bool = True,
 ) -> dg.ExecuteInProcessResult:
     """One run of `job_name` over the consecutive `partitions`, as a backfill of them
     launches it (its assets have single-run backfill policies)."""
@@ -31,4 +32,5 @@ def run_job(
         instance=instance,
         tags=tags,
         run_config=QUIET,
+        raise_on_error=raise_on_error,
     )

@@ -80,6 +80,7 @@ def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
         jobs=[
             *overwriting.jobs,
             *updates.jobs,
+            *database.jobs,
             *maintenance.jobs,
             *immutable.jobs,
             *telemetry.jobs,

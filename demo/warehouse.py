@@ -1,0 +1,233 @@
+"""The warehouse part of the demo, both driven by their sensors:
+
+- event batches land out of order, one of them twice under another name, with newer and
+  older versions of events and deletions; each is staged, audited and published into
+  `user_events` (write-audit-publish), which must keep each event's newest version;
+- enriched run directories are registered once finished (`_SUCCESS`), staged and loaded
+  through the load manifest; one still being written waits until it is done.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import dagster as dg
+
+from assets.warehouse import enriched_runs
+from assets.warehouse.manifest import load_manifest
+from assets.warehouse.manifest.enriched import SUCCESS, run_folder
+from assets.warehouse.manifest.loader import DEFAULT_EVENT_TABLES, warehouse_table
+from demo.report import checksum
+from demo.runs import run_job
+from sensors import enriched_run_directories, event_batch_files
+from sensors.ticks import evaluate_tick
+
+T0 = dt.datetime(2025, 1, 20, 9, tzinfo=dt.UTC)
+EVENTS = 60
+ENRICHED_RUNS = ["2025-01-20-10-00-00", "2025-01-20-11-00-00", "2025-01-20-12-00-00"]
+EVENTS_PER_RUN = 45
+
+
+def _event(event_id: str, when: dt.datetime, ingested: dt.datetime, **fields) -> dict:
+    return {
+        "event_id": event_id,
+        "user_id": f"user-{int(event_id[1:]) % 9}",
+        "event_timestamp": when.isoformat(),
+        "ingestion_time": ingested.isoformat(),
+        "payload": fields.pop("payload", {"page": f"/p/{event_id}"}),
+        **fields,
+    }
+
+
+def _batches(rng: random.Random) -> dict[str, list[dict]]:
+    """Three batches: first versions; newer versions of some events and deletions of
+    others; stale (older) versions that must lose wherever they land."""
+    ids = [f"e{i:03d}" for i in range(EVENTS)]
+    first = {i: T0 + dt.timedelta(minutes=rng.randrange(600)) for i in ids}
+    ingested = T0 + dt.timedelta(days=1)
+    b1 = [_event(i, first[i], ingested) for i in ids]
+    newer = rng.sample(ids, 15)
+    deleted = rng.sample([i for i in ids if i not in newer], 5)
+    b2 = [
+        _event(i, first[i] + dt.timedelta(hours=1), ingested, payload={"page": "/v2"})
+        for i in newer
+    ] + [
+        _event(i, first[i] + dt.timedelta(hours=2), ingested, op="delete", payload={})
+        for i in deleted
+    ]
+    stale = rng.sample(newer, 6)
+    b3 = [
+        _event(i, first[i] - dt.timedelta(hours=1), ingested, payload={"page": "/stale"})
+        for i in stale
+    ]
+    return {"2025-01-20-a": b1, "2025-01-21-b": b2, "2025-01-21-c": b3}
+
+
+def expected_events(batches: dict[str, list[dict]]) -> set[tuple]:
+    """(event_id, user_id, event_timestamp, is_deleted) of each event's newest version."""
+    newest: dict[str, dict] = {}
+    for rows in batches.values():
+        for row in rows:
+            known = newest.get(row["event_id"])
+            if known is None or row["event_timestamp"] > known["event_timestamp"]:
+                newest[row["event_id"]] = row
+    return {
+        (
+            r["event_id"],
+            r["user_id"],
+            dt.datetime.fromisoformat(r["event_timestamp"]),
+            r.get("op") == "delete",
+        )
+        for r in newest.values()
+    }
+
+
+def _settle(sensor, defs, resources, instance, cursor, job: str, tags: dict) -> tuple:
+    """Sensor ticks, each followed by its runs, until a tick asks for none; (cursor, runs)."""
+    sensor_resources = {"landing": resources["landing"], "lakehouse": resources["lakehouse"]}
+    runs = 0
+    while True:
+        tick = evaluate_tick(sensor, instance, cursor, sensor_resources)
+        cursor = tick.cursor if tick.cursor is not None else cursor
+        if not tick.run_requests:
+            return cursor, runs
+        for request in tick.run_requests:
+            run_tags = {**request.tags, **tags, "dagster/run_key": request.run_key}
+            run_job(
+                defs,
+                job,
+                [request.partition_key],
+                resources=resources,
+                instance=instance,
+                tags=run_tags,
+            )
+            runs += 1
+
+
+def run_events(defs, resources, instance) -> dict[str, str]:
+    landing_root, lakehouse = Path(resources["landing"].root), resources["lakehouse"]
+    shutil.rmtree(landing_root / "events", ignore_errors=True)
+    (landing_root / "events").mkdir(parents=True)
+    batches = _batches(random.Random(31))
+
+    def land(batch_id: str, rows: list[dict]) -> None:
+        path = landing_root / "events" / f"{batch_id}.jsonl"
+        path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+    names = list(batches)
+    print(
+        f"10. Event batches: {sum(map(len, batches.values()))} events in {len(names)} batches "
+        "(first versions; newer versions and deletions; stale versions), landing last first,"
+    )
+    print("    and the first batch again under another name.")
+    tags = {"demo/stage": "event-batches"}
+    cursor, runs = None, 0
+    for batch_id in reversed(names):
+        land(batch_id, batches[batch_id])
+        cursor, ran = _settle(
+            event_batch_files, defs, resources, instance, cursor, "event_batch", tags
+        )
+        runs += ran
+    land(f"{names[0]}-redelivered", batches[names[0]])
+    cursor, ran = _settle(event_batch_files, defs, resources, instance, cursor, "event_batch", tags)
+    runs += ran
+    stored = lakehouse.read_arrow(
+        "user_events", columns=["event_id", "user_id", "event_timestamp", "is_deleted"]
+    ).to_pylist()
+    got = {tuple(r.values()) for r in stored}
+    same = got == expected_events(batches) and len(stored) == len(got)
+    print(
+        f"    event_batch_files sensor: {runs} runs (stage, audit, publish). user_events: "
+        f"{len(stored)} events, {sum(r['is_deleted'] for r in stored)} deleted; each at its "
+        f"newest version: {'yes' if same else 'NO'}; content checksum {checksum(got)}\n"
+    )
+    return {"user_events": checksum(got) if same else "MISMATCH"}
+
+
+def _write_run(landing_root: Path, run_id: str, rng: random.Random, *, done: bool) -> Counter:
+    folder = landing_root / run_folder(run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    kinds = Counter()
+    lines = []
+    for i in range(EVENTS_PER_RUN):
+        kind = rng.choice(sorted(DEFAULT_EVENT_TABLES))
+        fields = {
+            "page_view": {"page_url": f"/p/{i}", "referrer": rng.choice(["ads", None])},
+            "link_click": {"target_url": f"https://example.com/{i}"},
+            "purchase": {"order_id": f"o-{run_id}-{i}", "amount": "19.90", "currency": "EUR"},
+        }[kind]
+        lines.append(
+            {
+                "event_type": kind,
+                "event_id": f"{run_id}-{i:03d}",
+                "user_id": f"user-{i % 11}",
+                "event_timestamp": "2025-01-20T10:00:00Z",
+                **fields,
+            }
+        )
+        kinds[kind] += 1
+    (folder / "part-00000.json").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    if done:
+        (folder / SUCCESS).write_text("")
+    return kinds
+
+
+def run_enriched(defs, resources, instance) -> dict[str, str]:
+    landing_root, lakehouse = Path(resources["landing"].root), resources["lakehouse"]
+    shutil.rmtree(landing_root / "enriched", ignore_errors=True)
+    rng = random.Random(41)
+    expected: Counter = Counter()
+    for index, run_id in enumerate(ENRICHED_RUNS):
+        expected += _write_run(landing_root, run_id, rng, done=index < 2)
+    print(
+        f"11. Enriched runs: {len(ENRICHED_RUNS)} run directories, the last still being "
+        "written (no _SUCCESS yet)."
+    )
+    tags = {"demo/stage": "enriched-runs"}
+    known = set(instance.get_dynamic_partitions(enriched_runs.name)) & set(ENRICHED_RUNS)
+    _, runs = _settle(
+        enriched_run_directories, defs, resources, instance, None, "enriched_run", tags
+    )
+    earlier = f" ({len(known)} registered by an earlier demo)" if known else ""
+    print(f"    enriched_run_directories sensor: {runs} runs; the unfinished one waits{earlier}.")
+    (landing_root / run_folder(ENRICHED_RUNS[-1]) / SUCCESS).write_text("")
+    _, runs = _settle(
+        enriched_run_directories, defs, resources, instance, None, "enriched_run", tags
+    )
+    print(f"    Its _SUCCESS lands: {runs} more run(s).")
+    states = Counter(r.state for r in load_manifest.read(lakehouse, ENRICHED_RUNS).values())
+    loaded = {
+        kind: lakehouse.count(warehouse_table(kind), where=None)
+        if lakehouse.exists(warehouse_table(kind))
+        else 0
+        for kind in sorted(DEFAULT_EVENT_TABLES)
+    }
+    content = {
+        tuple(r.values())
+        for kind in sorted(DEFAULT_EVENT_TABLES)
+        for r in lakehouse.read_arrow(
+            warehouse_table(kind), columns=["run_id", "event_id"]
+        ).to_pylist()
+    }
+    same = loaded == {k: expected[k] for k in loaded} and states == Counter(
+        {load_manifest.LOADED: len(ENRICHED_RUNS)}
+    )
+    print(
+        f"    load_manifest: {dict(states)}; warehouse rows by type {loaded}, equal to the "
+        f"events written: {'yes' if same else 'NO'}; content checksum {checksum(content)}\n"
+    )
+    return {"warehouse events": checksum(content) if same else "MISMATCH"}
+
+
+def run(defs: dg.Definitions, resources: dict, instance: dg.DagsterInstance) -> dict[str, str]:
+    """Prints its part of the report; returns each table's content checksum (or
+    "MISMATCH")."""
+    return {
+        **run_events(defs, resources, instance),
+        **run_enriched(defs, resources, instance),
+    }
