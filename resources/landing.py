@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import dagster as dg
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,39 @@ def sources_digest(fingerprints: Iterable[Fingerprint]) -> str:
     return digest.hexdigest()
 
 
+class LandingFileError(OSError):
+    """A landed file that cannot be read as a file."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+
+
+def _regular_file(full: Path) -> tuple[os.stat_result | None, str | None]:
+    """The file's stat (through a symbolic link), or what it is when no regular file."""
+    try:
+        st = full.stat()
+    except FileNotFoundError:
+        return None, "a symbolic link to nothing" if full.is_symlink() else "gone since listed"
+    except OSError as error:
+        return None, f"unreadable ({error.strerror})"
+    if not stat.S_ISREG(st.st_mode):
+        return None, _kind(st.st_mode)
+    return st, None
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
 class LandingZone(dg.ConfigurableResource):
     """Source files under one local root (or a mount every Spark executor sees at the same
     path). Sensors list and fingerprint them here; Spark assets only list them here and
@@ -82,24 +120,32 @@ class LandingZone(dg.ConfigurableResource):
             raise ValueError(f"path {path!r} leaves the landing zone {self.root!r}")
         return full
 
-    def list(self, prefix: str, *, suffix: str = "") -> list[FileStat]:
-        """Files under `prefix` (recursive) whose name ends with `suffix`, sorted by path.
-        Hidden and temporary files (leading '.' or '_') are writers' work in progress."""
+    def list(self, prefix: str, *, suffix: str = "", recursive: bool = True) -> list[FileStat]:
+        """Regular files under `prefix` (in its sub-folders too, unless not `recursive`)
+        whose name ends with `suffix`, sorted by path. Hidden and temporary files (leading
+        '.' or '_') are writers' work in progress. Anything else with such a name (a named
+        pipe, a socket, a device, a symbolic link to nothing, a folder) is skipped with a
+        warning naming it: reading a named pipe would block the run for ever."""
         base = self.absolute(prefix)
         if not base.is_dir():
             return []
         root = Path(self.root).resolve()
         stats = []
         for dirpath, dirnames, filenames in os.walk(base):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
-            for name in filenames:
+            visible = sorted(d for d in dirnames if not d.startswith((".", "_")))
+            # A folder named like a file is where a file belongs: named, not walked.
+            misplaced = [d for d in visible if suffix and d.endswith(suffix)]
+            dirnames[:] = [d for d in visible if d not in misplaced] if recursive else []
+            for name in [*filenames, *misplaced]:
                 if name.startswith((".", "_")) or not name.endswith(suffix):
                     continue
                 full = Path(dirpath) / name
-                st = full.stat()
-                stats.append(
-                    FileStat(full.relative_to(root).as_posix(), st.st_size, st.st_mtime_ns)
-                )
+                relative = full.relative_to(root).as_posix()
+                st, problem = _regular_file(full)
+                if st is None:
+                    log.warning(f"landing file {relative} skipped: it is {problem}")
+                    continue
+                stats.append(FileStat(relative, st.st_size, st.st_mtime_ns))
         return sorted(stats, key=lambda s: s.path)
 
     def folders(self, prefix: str) -> list[str]:
@@ -127,8 +173,20 @@ class LandingZone(dg.ConfigurableResource):
 
     def head(self, path: str, size: int = 4096) -> bytes:
         """The file's first `size` bytes (for rules that read a header line)."""
-        with self.absolute(path).open("rb") as f:
+        with self._open(path) as f:
             return f.read(size)
+
+    def _open(self, path: str) -> BinaryIO:
+        """The landed file, opened for reading only if it is a regular file: the open does
+        not wait for a writer (a named pipe put where a file was listed), and anything but
+        a regular file is refused, named."""
+        full = self.absolute(path)
+        descriptor = os.open(full, os.O_RDONLY | os.O_NONBLOCK)
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(descriptor)
+            raise LandingFileError(path, f"it is {_kind(mode)}, not a regular file")
+        return os.fdopen(descriptor, "rb")
 
     def read(
         self, path: str, *, prefixes: Callable[[bytes], Iterable[int]] | None = None
@@ -136,9 +194,9 @@ class LandingZone(dg.ConfigurableResource):
         """The file's bytes and hash. `prefixes(content)` names prefix lengths to hash as
         well (e.g. what of a growing file was seen before): all hashes come from one pass
         over the bytes, which matters for files of hundreds of megabytes."""
-        full = self.absolute(path)
-        content = full.read_bytes()
-        st = full.stat()
+        with self._open(path) as f:
+            content = f.read()
+            st = os.fstat(f.fileno())
         cuts = sorted(
             {min(max(n, 0), len(content)) for n in (prefixes(content) if prefixes else ())}
         )

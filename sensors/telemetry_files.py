@@ -41,7 +41,7 @@ def telemetry_files(
 ) -> dg.SensorResult:
     state = file_state.load(lakehouse, telemetry_files.name, context.cursor, context.log)
     previous, previous_subjects = state.fingerprints, state.labels
-    current, subject_by_path = {}, {}
+    current, subject_by_path, unplaced = {}, {}, []
     for stat in landing.list(LANDING_PREFIX, suffix=REPORT_SUFFIX):
         fingerprint = landing.fingerprint(stat, previous)
         current[stat.path] = fingerprint
@@ -53,6 +53,14 @@ def telemetry_files(
         ) or subject_of(stat.path, telemetry, lambda p=stat.path: landing.head(p))
         if subject is not None:
             subject_by_path[stat.path] = subject
+        else:
+            unplaced.append(stat.path)
+    if unplaced:
+        context.log.warning(
+            f"ignoring {len(unplaced)} report file(s) that name no subject under the "
+            f"{telemetry.subject_rule!r} rule (the folder rule's layout is "
+            f"{LANDING_PREFIX}/<subject>/<file>{REPORT_SUFFIX}): {', '.join(unplaced[:20])}"
+        )
 
     refused: dict[str, str] = {}
     landed = {}

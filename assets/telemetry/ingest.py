@@ -57,7 +57,9 @@ def subject_files(
             raise SubjectPathError(
                 f"subject key {subject_key!r} cannot be a folder under {LANDING_PREFIX}/"
             )
-        return landing.list(f"{LANDING_PREFIX}/{subject_key}", suffix=REPORT_SUFFIX)
+        return landing.list(
+            f"{LANDING_PREFIX}/{subject_key}", suffix=REPORT_SUFFIX, recursive=False
+        )
     return [
         stat
         for stat in landing.list(LANDING_PREFIX, suffix=REPORT_SUFFIX)

@@ -53,7 +53,8 @@ def subject_of(path: str, settings: TelemetrySettings, head: Callable[[], bytes]
     if len(parts) < 2 or parts[0] != LANDING_PREFIX:
         return None
     if settings.subject_rule == "folder":
-        return parts[1] if len(parts) >= 3 else None
+        # telemetry/<subject>/<file>: files in deeper folders follow no layout.
+        return parts[1] if len(parts) == 3 else None
     if settings.subject_rule == "file_name":
         match = re.search(settings.file_name_pattern, parts[-1])
         return match.group("subject") if match and match.group("subject") else None

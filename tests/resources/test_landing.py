@@ -1,10 +1,11 @@
 import hashlib
+import logging
 import os
 from pathlib import Path
 
 import pytest
 
-from resources.landing import sources_digest
+from resources.landing import LandingFileError, sources_digest
 
 
 def test_listing_skips_writers_temporary_files(landing, write_visits):
@@ -55,3 +56,50 @@ def test_read_hashes_the_prefixes_asked_for_with_the_file(landing):
     assert landed.prefix_sha256 == {
         n: hashlib.sha256(content[:n]).hexdigest() for n in (11, 34, len(content))
     }
+
+
+@pytest.fixture
+def day_folder(landing) -> Path:
+    folder = Path(landing.root) / "visits" / "date=2024-01-01"
+    folder.mkdir(parents=True)
+    (folder / "good.jsonl").write_text('{"a": 1}\n')
+    return folder
+
+
+def test_listing_takes_regular_files_only_and_names_what_it_skips(landing, day_folder, caplog):
+    """A named pipe would block the run that reads it for ever; a link to nothing, a
+    folder named like a file, cannot be read either. Each is skipped, named."""
+    os.mkfifo(day_folder / "b.jsonl")
+    (day_folder / "gone.jsonl").symlink_to(day_folder / "nothing-here.jsonl")
+    (day_folder / "folder.jsonl").mkdir()
+    (day_folder / "folder.jsonl" / "inside.jsonl").write_text("{}\n")
+    with caplog.at_level(logging.WARNING, logger="resources.landing"):
+        listed = [s.path for s in landing.list("visits", suffix=".jsonl")]
+    assert listed == ["visits/date=2024-01-01/good.jsonl"]
+    warnings = "\n".join(caplog.messages)
+    assert "visits/date=2024-01-01/b.jsonl skipped: it is a named pipe (FIFO)" in warnings
+    assert "visits/date=2024-01-01/gone.jsonl skipped: it is a symbolic link to nothing" in warnings
+    assert "visits/date=2024-01-01/folder.jsonl skipped: it is a folder" in warnings
+
+
+def test_reading_a_named_pipe_is_refused_at_once(landing, day_folder):
+    """Put in place of a listed file between listing and reading: refused, never waited on."""
+    os.mkfifo(day_folder / "late.jsonl")
+    for read in (landing.read, landing.head):
+        with pytest.raises(LandingFileError, match=r"late.jsonl: it is a named pipe \(FIFO\)"):
+            read("visits/date=2024-01-01/late.jsonl")
+
+
+def test_a_listing_can_stay_in_its_folder(landing, day_folder):
+    (day_folder / "sub").mkdir()
+    (day_folder / "sub" / "nested.jsonl").write_text("{}\n")
+    assert [s.path for s in landing.list("visits", suffix=".jsonl")] == [
+        "visits/date=2024-01-01/good.jsonl",
+        "visits/date=2024-01-01/sub/nested.jsonl",
+    ]
+    assert [
+        s.path
+        for s in landing.list(
+            str(day_folder.relative_to(landing.root)), suffix=".jsonl", recursive=False
+        )
+    ] == ["visits/date=2024-01-01/good.jsonl"]

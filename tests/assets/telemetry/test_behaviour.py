@@ -254,3 +254,23 @@ def test_a_retry_waits_for_its_backoff(deployment):
     assert "bad.csv:1: header is 'ts,in,out'" in state.last_error
     assert state.next_attempt_at > dt.datetime.now(dt.UTC) + dt.timedelta(seconds=50)
     assert deployment.run_pending() == []
+
+
+def test_files_off_the_layout_and_special_files_never_block_the_subject(deployment, caplog):
+    """A nested folder's file is no subject's data; a link to nothing and a named pipe
+    cannot be read: each is named once and the subject's good files flow."""
+    good = FILES[:2]
+    deployment.deliver(good)
+    folder = os.path.join(deployment.landing.root, "telemetry", "Tool01")
+    deployment.write("telemetry/Tool01/sub/nested.csv", good[0].content)
+    os.symlink(os.path.join(folder, "nowhere.csv"), os.path.join(folder, "dangling.csv"))
+    os.mkfifo(os.path.join(folder, "pipe.csv"))
+    with caplog.at_level(logging.WARNING):
+        launched = deployment.run_pending()
+    assert [r.partition_key for r in launched] == ["Tool01"]
+    assert {row[2] for row in deployment.raw()} == {f.path for f in good}
+    assert set(deployment.states()) == {f.path for f in good}
+    warnings = "\n".join(caplog.messages)
+    assert "telemetry/Tool01/dangling.csv skipped: it is a symbolic link to nothing" in warnings
+    assert "telemetry/Tool01/pipe.csv skipped: it is a named pipe (FIFO)" in warnings
+    assert deployment.run_pending() == []

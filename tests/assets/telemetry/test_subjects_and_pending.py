@@ -28,6 +28,8 @@ def test_subject_rules_are_pluggable():
     folder = TelemetrySettings()
     assert subject_of("telemetry/Tool 7/x.csv", folder, bytes) == "Tool 7"
     assert subject_of("telemetry/x.csv", folder, bytes) is None
+    # The layout is telemetry/<subject>/<file>: deeper files belong to no subject.
+    assert subject_of("telemetry/Tool 7/sub/x.csv", folder, bytes) is None
     by_name = TelemetrySettings(subject_rule="file_name")
     assert subject_of("telemetry/in/Tool07_2024.csv", by_name, bytes) == "Tool07"
     by_header = TelemetrySettings(subject_rule="header")
