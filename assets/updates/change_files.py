@@ -137,6 +137,11 @@ def parse_device_changes(spark: SparkSession, landing: LandingZone, day: dt.date
     values = {name: F.trim(F.get(fields, i)) for i, name in enumerate(columns)}
     is_deleted = F.lower(values.get("is_deleted", F.lit("false")))
     problem = _read_problem().when(
+        # A header line again in the body (files concatenated by hand) is no device.
+        F.lower(F.trim(F.col("text"))).isin(*CDC_HEADERS),
+        F.lit("the header line again: a header belongs on line 1 only"),
+    )
+    problem = problem.when(
         F.size(fields) != len(columns),
         F.concat(
             F.lit(f"expected {len(columns)} ';'-separated fields, found "),

@@ -98,6 +98,12 @@ def test_duplicate_keys_in_one_file_take_the_last_line(resources, lakehouse, wri
             b"type;full_name;version\nphone;Pixel;3\nphone;Caf\xe9;4\n",
             "devices_cdc/2024-05-02.csv:3: not valid UTF-8",
         ),
+        (
+            # Two files concatenated by hand: the second header is no device.
+            "type;full_name;version\nphone;Pixel;3\ntype;full_name;version\nphone;Pixel;4\n",
+            "devices_cdc/2024-05-02.csv:3: the header line again: a header belongs on line 1 "
+            "only",
+        ),
     ],
 )
 def test_bad_change_files_name_file_and_line_and_leave_the_table(
