@@ -221,6 +221,24 @@ def json_kind(record: Column, field: str) -> Column:
     return F.schema_of_variant(F.try_variant_get(record, f"$.{field}", "variant"))
 
 
+_KIND_NAMES = {"STRING": "text", "OBJECT": "a JSON object"}
+
+
+def wrong_kind(record: Column, field: str, expected: str) -> Column:
+    """ "field 'x' is OBJECT, not text" when a top-level field of a VARIANT object is given
+    (not null) with a JSON type other than `expected` (`STRING` or `OBJECT`); null
+    otherwise. A value of another type is refused, never kept as its JSON text."""
+    kind = json_kind(record, field)
+    return F.when(
+        kind.isNotNull() & (kind != "VOID") & ~kind.startswith(expected),
+        F.concat(
+            F.lit(f"field '{field}' is "),
+            F.regexp_extract(kind, r"^[A-Z]+", 0),
+            F.lit(f", not {_KIND_NAMES[expected]}"),
+        ),
+    )
+
+
 def json_text(record: Column, field: str) -> Column:
     """A top-level field of a VARIANT object as text."""
     return F.try_variant_get(record, f"$.{field}", "string")

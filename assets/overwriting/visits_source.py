@@ -22,7 +22,9 @@ from assets.source_files import (
     empty_files,
     file_facts,
     first_problems,
+    instant,
     read_lines,
+    wrong_kind,
 )
 from resources.landing import FileStat, Fingerprint, LandingZone
 
@@ -80,35 +82,35 @@ def _misplaced(files: Sequence[FileStat]) -> list[Problem]:
     ]
 
 
-def _problem(record: Column, event_time: Column) -> Column:
+def _problem(record: Column, variant: Column, event_time: Column) -> Column:
     check = (
         F.when(F.col("read_problem").isNotNull(), F.col("read_problem"))
         .when(F.col("text").isNull(), F.lit("file is empty"))
         .when(record.isNull() | record["_corrupt_record"].isNotNull(), F.lit("malformed JSON"))
     )
+    for name, expected in (*((n, "STRING") for n in REQUIRED_FIELDS), ("context", "OBJECT")):
+        wrong = wrong_kind(variant, name, expected)
+        check = check.when(wrong.isNotNull(), wrong)
     for name in REQUIRED_FIELDS:
         check = check.when(
             record[name].isNull() | (F.trim(record[name]) == ""),
             F.lit(f"missing required field '{name}'"),
         )
-    return (
-        check.when(
-            event_time.isNull(),
-            F.concat(F.lit("event_time '"), record["event_time"], F.lit("' is not ISO-8601")),
-        )
-        .when(
-            record["context"].isNotNull() & ~F.startswith(F.ltrim(record["context"]), F.lit("{")),
-            F.lit("context is not a JSON object"),
-        )
-        .when(
-            F.to_date(event_time) != F.col("folder_day"),
-            F.concat(
-                F.lit("event_time '"),
-                record["event_time"],
-                F.lit("' is not on the folder's day "),
-                F.col("folder_day").cast("string"),
-            ),
-        )
+    return check.when(
+        event_time.isNull(),
+        F.concat(
+            F.lit("event_time '"),
+            record["event_time"],
+            F.lit("' is not an ISO-8601 instant with its offset from UTC"),
+        ),
+    ).when(
+        F.to_date(event_time) != F.col("folder_day"),
+        F.concat(
+            F.lit("event_time '"),
+            record["event_time"],
+            F.lit("' is not on the folder's day "),
+            F.col("folder_day").cast("string"),
+        ),
     )
 
 
@@ -134,9 +136,10 @@ def parse_visits(
         read_lines(spark, landing, files)
         .withColumn("folder_day", folder_day)
         .withColumn("record", record)
-        .withColumn("event_ts", F.expr("try_cast(record.event_time AS TIMESTAMP)"))
-        .withColumn("problem", _problem(F.col("record"), F.col("event_ts")))
-        .drop("text")
+        .withColumn("variant", F.expr("try_parse_json(text)"))
+        .withColumn("event_ts", instant(F.col("record.event_time")))
+        .withColumn("problem", _problem(F.col("record"), F.col("variant"), F.col("event_ts")))
+        .drop("text", "variant")
         .cache()
     )
     try:

@@ -26,6 +26,7 @@ from assets.source_files import (
     file_facts,
     first_problems,
     read_lines,
+    wrong_kind,
 )
 from resources.landing import FileStat, Fingerprint, LandingZone
 
@@ -173,18 +174,23 @@ def parse_catalog_changes(spark: SparkSession, landing: LandingZone, day: dt.dat
         CATALOG_FIELDS,
         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"},
     )
-    lines = read_lines(spark, landing, [stat]).withColumn("record", record)
-    problem = (
-        _read_problem()
-        .when(
-            F.col("record").isNull() | F.col("record._corrupt_record").isNotNull(),
-            F.lit("malformed JSON"),
-        )
-        .otherwise(
-            F.coalesce(
-                _required(F.col("record.id"), "id"),
-                _required(F.col("record.full_name"), "full_name"),
-            )
+    lines = (
+        read_lines(spark, landing, [stat])
+        .withColumn("record", record)
+        .withColumn("variant", F.expr("try_parse_json(text)"))
+    )
+    problem = _read_problem().when(
+        F.col("record").isNull() | F.col("record._corrupt_record").isNotNull(),
+        F.lit("malformed JSON"),
+    )
+    for name in CATALOG_COLUMNS:
+        # Every field is text: an object or a number is refused, never kept as its JSON.
+        wrong = wrong_kind(F.col("variant"), name, "STRING")
+        problem = problem.when(wrong.isNotNull(), wrong)
+    problem = problem.otherwise(
+        F.coalesce(
+            _required(F.col("record.id"), "id"),
+            _required(F.col("record.full_name"), "full_name"),
         )
     )
     rows = lines.select(

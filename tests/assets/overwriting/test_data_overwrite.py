@@ -177,6 +177,13 @@ def test_bad_input_names_file_and_line_and_commits_nothing(
             '"page": "/"}\n',
             '{"visit_id": "broken", "user_id": \n',
             '{"visit_id": "nouser", "event_time": "2024-01-01T02:00:00Z", "page": "/"}\n',
+            # A time without its offset is not taken as UTC: one rule for every source.
+            '{"visit_id": "local", "user_id": "u", "event_time": "2024-01-01T03:00:00", '
+            '"page": "/"}\n',
+            # Wrong types are refused, never stored as their JSON text.
+            '{"visit_id": "ctx", "user_id": "u", "event_time": "2024-01-01T04:00:00Z", '
+            '"page": "/", "context": "{oops"}\n',
+            '{"visit_id": 7, "user_id": "u", "event_time": "2024-01-01T05:00:00Z", "page": "/"}\n',
         ]
     )
     write_visits(DAYS[0], "bad.jsonl", body)
@@ -197,6 +204,14 @@ def test_bad_input_names_file_and_line_and_commits_nothing(
     message = str(result.get_step_failure_events()[0].event_specific_data.error.to_string())
     assert "visits/date=2024-01-01/bad.jsonl:2: malformed JSON" in message
     assert "visits/date=2024-01-01/bad.jsonl:3: missing required field 'user_id'" in message
+    assert (
+        "visits/date=2024-01-01/bad.jsonl:4: event_time '2024-01-01T03:00:00' is not an "
+        "ISO-8601 instant with its offset from UTC"
+    ) in message
+    assert "visits/date=2024-01-01/bad.jsonl:5: field 'context' is STRING, not a JSON object" in (
+        message
+    )
+    assert "visits/date=2024-01-01/bad.jsonl:6: field 'visit_id' is BIGINT, not text" in message
     assert lakehouse.version(VISITS_DAILY) == version
 
 

@@ -101,8 +101,7 @@ def test_duplicate_keys_in_one_file_take_the_last_line(resources, lakehouse, wri
         (
             # Two files concatenated by hand: the second header is no device.
             "type;full_name;version\nphone;Pixel;3\ntype;full_name;version\nphone;Pixel;4\n",
-            "devices_cdc/2024-05-02.csv:3: the header line again: a header belongs on line 1 "
-            "only",
+            "devices_cdc/2024-05-02.csv:3: the header line again: a header belongs on line 1 only",
         ),
     ],
 )

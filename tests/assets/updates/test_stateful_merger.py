@@ -263,9 +263,17 @@ def test_a_vacuumed_restore_target_stops_the_backfill_and_changes_nothing(
 
 def test_bad_catalog_lines_name_file_and_line(resources, lakehouse, landing, write_catalog):
     path = write_catalog(DAYS[0], FILES[DAYS[0]])
-    path.write_text(path.read_text() + '{"id": "x", "brand_name": "B"}\n{oops\n')
+    path.write_text(
+        path.read_text()
+        + '{"id": "x", "brand_name": "B"}\n{oops\n'
+        + '{"id": "y", "full_name": "F", "brand_name": {"a": 1}}\n'
+        + '{"id": 7, "full_name": "F"}\n'
+    )
     failed = run(resources, DAYS[0], raise_on_error=False)
     error = failed.get_step_failure_events()[0].event_specific_data.error.to_string()
     assert "device_catalog/2024-07-01.jsonl:3: missing required field 'full_name'" in error
     assert "device_catalog/2024-07-01.jsonl:4: malformed JSON" in error
+    # Wrong types are refused, never stored as their JSON text.
+    assert "device_catalog/2024-07-01.jsonl:5: field 'brand_name' is OBJECT, not text" in error
+    assert "device_catalog/2024-07-01.jsonl:6: field 'id' is BIGINT, not text" in error
     assert not lakehouse.exists(DEVICE_CATALOG)
