@@ -247,6 +247,7 @@ class SubjectIngest:
                 content[change.from_byte : change.end_byte],
                 first_line=change.from_line,
                 expect_header=change.expect_header,
+                latest=self.now + self.settings.max_future_skew,
             )
         except ReportFileError as error:
             self._fail(state, stat, content_hash, error.problems)

@@ -27,6 +27,8 @@ from assets.source_files import MAX_REPORTED_PROBLEMS, Problem
 HEADER = ("ts", "in_spec", "out_of_spec", "mispicks")
 COUNTS = HEADER[1:]
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+MAX_COUNT = 2**63 - 1
+"""Counts are stored as 64-bit integers; a larger one is a bad row."""
 _DIGITS = re.compile(r"^[0-9]+$")
 _NEGATIVE = re.compile(r"^-[0-9]+$")
 
@@ -114,21 +116,42 @@ def _line_problem(fields: list[str]) -> str | None:
         return f"expected {len(HEADER)} fields ({','.join(HEADER)}), found {len(fields)}"
     for name, value in zip(COUNTS, fields[1:], strict=True):
         if _NEGATIVE.match(value):
-            return f"negative count {name}={value}"
+            return f"negative count {name}={_shown(value)}"
         if not _DIGITS.match(value):
-            return f"{name} is not a non-negative integer: {value!r}"
+            return f"{name} is not a non-negative integer: {_shown(value)}"
+        # Checked on the digits before any conversion: 10 MB of them would not convert.
+        if len(value.lstrip("0")) > len(str(MAX_COUNT)) or int(value) > MAX_COUNT:
+            return f"{name} is out of range (at most {MAX_COUNT}): {_shown(value)}"
     return None
 
 
+def _shown(value: str, limit: int = 40) -> str:
+    """A value as an error message quotes it: a huge one cut short, with its length."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value):,} characters)"
+
+
 def parse_report(
-    source: str, content: bytes, *, first_line: int, expect_header: bool
+    source: str,
+    content: bytes,
+    *,
+    first_line: int,
+    expect_header: bool,
+    latest: dt.datetime | None = None,
 ) -> ReportRows:
     """Parse complete lines (`content` ends at a newline), numbering them from
-    `first_line`. Raises ReportFileError naming file and line of the first problems."""
-    rows = parse_well_formed(source, content, first_line=first_line, expect_header=expect_header)
+    `first_line`. Raises ReportFileError naming file and line of the first problems. A
+    `ts` after `latest` (the time of ingestion plus the allowed skew) is a bad row: one
+    absurd future timestamp must not become the subject's newest data."""
+    rows = parse_well_formed(
+        source, content, first_line=first_line, expect_header=expect_header, latest=latest
+    )
     if rows is not None:
         return rows
-    return parse_lines(source, content, first_line=first_line, expect_header=expect_header)
+    return parse_lines(
+        source, content, first_line=first_line, expect_header=expect_header, latest=latest
+    )
 
 
 _HEADER_LINE = (",".join(HEADER) + "\n").encode()
@@ -140,7 +163,12 @@ _STRICT_COUNT = r"^[0-9]{1,18}$"
 
 
 def parse_well_formed(
-    source: str, content: bytes, *, first_line: int, expect_header: bool
+    source: str,
+    content: bytes,
+    *,
+    first_line: int,
+    expect_header: bool,
+    latest: dt.datetime | None = None,
 ) -> ReportRows | None:
     """The common case, vectorized in Arrow (a 25,000-row file in milliseconds, not a
     tenth of a second): the exact header where one is expected, then only data lines in
@@ -174,6 +202,8 @@ def parse_well_formed(
         ):
             return None
         ts = pc.cast(table["ts"], pa.timestamp("us", tz="UTC"))
+        if latest is not None and pc.max(ts).as_py() > latest:
+            return None
     except pa.ArrowInvalid:  # e.g. a ragged line, or 30 February: the line parser says which
         return None
     return ReportRows(
@@ -186,7 +216,14 @@ def parse_well_formed(
     )
 
 
-def parse_lines(source: str, content: bytes, *, first_line: int, expect_header: bool) -> ReportRows:
+def parse_lines(
+    source: str,
+    content: bytes,
+    *,
+    first_line: int,
+    expect_header: bool,
+    latest: dt.datetime | None = None,
+) -> ReportRows:
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -217,6 +254,11 @@ def parse_lines(source: str, content: bytes, *, first_line: int, expect_header: 
         ts = parse_timestamp(fields[0]) if problem is None else None
         if isinstance(ts, str):
             problem = ts
+        elif ts is not None and latest is not None and ts > latest:
+            problem = (
+                f"timestamp {fields[0]!r} is in the future: later than {latest.isoformat()}, "
+                "the time of ingestion plus max_future_skew_hours"
+            )
         if problem is not None:
             problems.append(Problem(source, number, problem))
             if len(problems) >= MAX_REPORTED_PROBLEMS:

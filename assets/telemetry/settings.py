@@ -26,6 +26,9 @@ class TelemetrySettings(dg.ConfigurableResource):
     """An appended file re-ingests its rows from this long before its previous end."""
     lateness_horizon_hours: float = 7 * 24
     """A file whose data ends this long before the subject's newest data is quarantined."""
+    max_future_skew_hours: float = 24
+    """A row whose `ts` is more than this after the time of ingestion is a bad row (a
+    clock set to 2999 must not make every later file look late)."""
     max_parse_attempts: int = 3
     """A file that fails to parse is retried this many times in all, then marked failed."""
     retry_backoff_seconds: float = 60.0
@@ -34,6 +37,10 @@ class TelemetrySettings(dg.ConfigurableResource):
     @property
     def back_correction_window(self) -> dt.timedelta:
         return dt.timedelta(seconds=self.back_correction_window_seconds)
+
+    @property
+    def max_future_skew(self) -> dt.timedelta:
+        return dt.timedelta(hours=self.max_future_skew_hours)
 
     @property
     def lateness_horizon(self) -> dt.timedelta:

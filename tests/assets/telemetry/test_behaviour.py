@@ -189,12 +189,19 @@ def test_a_key_dagster_cannot_hold_is_refused_by_name(deployment):
 
 BAD = {
     "malformed": (b"2024-05-01T00:10:00Z,1,2\n", "expected 4 fields"),
-    "negative": (b"2024-05-01T00:10:00Z,1,-2,0\n", "negative count out_of_spec=-2"),
+    "negative": (b"2024-05-01T00:10:00Z,1,-2,0\n", "negative count out_of_spec='-2'"),
     "timestamp": (b"yesterday,1,2,0\n", "unparseable timestamp 'yesterday'"),
     "no_offset": (
         b"2024-05-01T00:10:00,1,2,0\n",
         "timestamp '2024-05-01T00:10:00' has no UTC offset",
     ),
+    # A count that does not fit 64 bits is a bad row like any other, named.
+    "overflow": (
+        b"2024-05-01T00:10:00Z,99999999999999999999,0,0\n",
+        "in_spec is out of range (at most 9223372036854775807)",
+    ),
+    # A clock set to 2999 must not become the subject's newest data.
+    "far_future": (b"2999-01-01T00:00:00Z,1,0,0\n", "timestamp '2999-01-01T00:00:00Z' is in"),
 }
 
 

@@ -75,14 +75,29 @@ def test_a_half_written_last_line_is_not_complete():
             b"2024-05-01T00:00:00Z,1,x,0\n",
             "f.csv:2: out_of_spec is not a non-negative integer: 'x'",
         ),
-        (b"2024-05-01T00:00:00Z,-1,0,0\n", "f.csv:2: negative count in_spec=-1"),
+        (b"2024-05-01T00:00:00Z,-1,0,0\n", "f.csv:2: negative count in_spec='-1'"),
+        (
+            b"2024-05-01T00:00:00Z,99999999999999999999,0,0\n",
+            "f.csv:2: in_spec is out of range \\(at most 9223372036854775807\\): "
+            "'99999999999999999999'",
+        ),
+        (
+            b"2024-05-01T00:00:00Z,1,0," + b"9" * 10_000_000 + b"\n",
+            "f.csv:2: mispicks is out of range .*'9999999999.*'... \\(10,000,000 characters\\)",
+        ),
+        (
+            b"2999-01-01T00:00:00Z,1,0,0\n",
+            "f.csv:2: timestamp '2999-01-01T00:00:00Z' is in the future: later than "
+            "2024-05-02T00:00:00\\+00:00",
+        ),
         (b"05/01/2024,1,0,0\n", "f.csv:2: unparseable timestamp '05/01/2024'"),
         (b"\xff\xfe,1,0,0\n", "f.csv:2: not valid UTF-8"),
     ],
 )
 def test_bad_lines_are_named_by_file_and_line(body, message):
+    latest = dt.datetime(2024, 5, 2, tzinfo=dt.UTC)  # ingested on May 1st, one day of skew
     with pytest.raises(ReportFileError, match=message):
-        parse_report("f.csv", HEAD + body, first_line=1, expect_header=True)
+        parse_report("f.csv", HEAD + L1 + body, first_line=0, expect_header=True, latest=latest)
 
 
 def test_a_wrong_header_is_named():
