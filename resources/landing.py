@@ -206,6 +206,24 @@ class LandingZone(dg.ConfigurableResource):
         )
         return LandedFile(fingerprint, content, dict(zip(cuts, prefix_hashes, strict=True)))
 
+    def fingerprints(
+        self, stats: Iterable[FileStat], known: Mapping[str, Fingerprint] | None = None
+    ) -> dict[str, Fingerprint]:
+        """Fingerprints of the listed files by path (see `fingerprint`). A file gone or
+        unreadable since it was listed is left out with a warning naming it: the next
+        listing looks at it again, and the other files are not held up."""
+        prints = {}
+        for listed in stats:
+            try:
+                prints[listed.path] = self.fingerprint(listed, known)
+            except OSError as error:
+                gone = isinstance(error, FileNotFoundError)
+                log.warning(
+                    f"landing file {listed.path} skipped: "
+                    + ("gone since it was listed" if gone else f"cannot be read ({error})")
+                )
+        return prints
+
     def fingerprint(
         self, stat: FileStat, known: Mapping[str, Fingerprint] | None = None
     ) -> Fingerprint:

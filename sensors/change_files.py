@@ -147,15 +147,17 @@ def change_files(
     for source in SOURCES:
         partitions = source.asset.partitions_def
         files: dict[dt.date, Fingerprint] = {}
-        for stat in landing.list(source.folder, suffix=source.suffix):
+        stats = landing.list(source.folder, suffix=source.suffix)
+        prints = landing.fingerprints(stats, previous)
+        for stat in stats:
             day = source.day_of(stat.path)
             if day is None:
                 context.log.warning(
                     f"ignoring {stat.path}: the layout is {source.folder}/YYYY-MM-DD{source.suffix}"
                 )
                 continue
-            fingerprint = landing.fingerprint(stat, previous)
-            if partitions.has_partition_key(day.isoformat()):
+            fingerprint = prints.get(stat.path)
+            if fingerprint is not None and partitions.has_partition_key(day.isoformat()):
                 files[day] = fingerprint
                 current[stat.path] = fingerprint
         states = _states(context.instance, source.asset.key, files)

@@ -34,12 +34,16 @@ def event_batch_files(
     state = file_state.load(lakehouse, event_batch_files.name, context.cursor, context.log)
     previous = state.fingerprints
     current, requests, skipped = {}, [], []
-    for stat in landing.list(EVENTS_FOLDER, suffix=SUFFIX):
+    stats = landing.list(EVENTS_FOLDER, suffix=SUFFIX)
+    prints = landing.fingerprints(stats, previous)
+    for stat in stats:
         batch_id = batch_id_of(stat.path)
         if batch_id is None:
             skipped.append(stat.path)
             continue
-        fingerprint = landing.fingerprint(stat, previous)
+        fingerprint = prints.get(stat.path)
+        if fingerprint is None:
+            continue
         current[stat.path] = fingerprint
         known = previous.get(stat.path)
         if known is None or known.sha256 != fingerprint.sha256:

@@ -42,8 +42,12 @@ def telemetry_files(
     state = file_state.load(lakehouse, telemetry_files.name, context.cursor, context.log)
     previous, previous_subjects = state.fingerprints, state.labels
     current, subject_by_path, unplaced = {}, {}, []
-    for stat in landing.list(LANDING_PREFIX, suffix=REPORT_SUFFIX):
-        fingerprint = landing.fingerprint(stat, previous)
+    stats = landing.list(LANDING_PREFIX, suffix=REPORT_SUFFIX)
+    prints = landing.fingerprints(stats, previous)
+    for stat in stats:
+        fingerprint = prints.get(stat.path)
+        if fingerprint is None:
+            continue
         current[stat.path] = fingerprint
         known = previous.get(stat.path)
         subject = (

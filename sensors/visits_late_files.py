@@ -133,10 +133,7 @@ def visits_late_files(
 ) -> dg.SensorResult:
     state = file_state.load(lakehouse, visits_late_files.name, context.cursor, context.log)
     previous = state.fingerprints
-    current = {
-        stat.path: landing.fingerprint(stat, previous)
-        for stat in landing.list("visits", suffix=".jsonl")
-    }
+    current = landing.fingerprints(landing.list("visits", suffix=".jsonl"), previous)
     changed = changed_paths(previous, current)
     unplaced = sorted(p for p in changed if day_of_file(p) is None and p in current)
     if unplaced:

@@ -201,7 +201,19 @@ class SubjectIngest:
             self.report.unchanged += 1
             return None
         ingested_bytes = state.ingested_bytes if state and not reingest else 0
-        landed = self.landing.read(stat.path, prefixes=hashed_prefixes(ingested_bytes))
+        try:
+            landed = self.landing.read(stat.path, prefixes=hashed_prefixes(ingested_bytes))
+        except OSError as error:
+            # Gone since the listing, or unreadable: recorded against this file alone
+            # (retried, then failed); the subject's other files flow.
+            problem = (
+                "gone since it was listed"
+                if isinstance(error, FileNotFoundError)
+                else (f"cannot be read: {error.strerror or error}")
+            )
+            unread = state.content_hash if state else ""
+            self._fail(state, stat, unread, [Problem(stat.path, None, problem)])
+            return None
         content, content_hash = landed.content, landed.fingerprint.sha256
         stat = FileStat(stat.path, landed.fingerprint.size, landed.fingerprint.mtime_ns)
         # An operator released exactly this content from quarantine: apply it now.

@@ -103,3 +103,11 @@ def test_a_listing_can_stay_in_its_folder(landing, day_folder):
             str(day_folder.relative_to(landing.root)), suffix=".jsonl", recursive=False
         )
     ] == ["visits/date=2024-01-01/good.jsonl"]
+
+
+def test_a_file_gone_since_its_listing_is_left_out_named(landing, day_folder, caplog):
+    listed = landing.list("visits", suffix=".jsonl")
+    (day_folder / "good.jsonl").unlink()
+    with caplog.at_level(logging.WARNING, logger="resources.landing"):
+        assert landing.fingerprints(listed) == {}
+    assert "visits/date=2024-01-01/good.jsonl skipped: gone since it was listed" in caplog.text
