@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from support import day_of_visits, visit
+from support import day_of_visits, sensor_resources, visit
 
 from assets.maintenance import RestoreRequestError, restore_table, vacuum_table
 from assets.overwriting import visits_daily
@@ -89,8 +89,10 @@ def test_restore_to_just_before_a_partitions_materialization(
     assert lakehouse.version(VISITS_DAILY) == 3  # 0: created empty, 1, 2: the two runs
     # Asked for: it stays restored (the file sensor is quiet until its files change).
     assert reported(result) == [("visits_daily", DAY.isoformat(), False)]
-    sensor = dg.build_sensor_context(instance=instance, resources={"landing": resources["landing"]})
-    requested = visits_late_files(sensor).run_requests
+    with dg.build_sensor_context(
+        instance=instance, resources=sensor_resources(resources["landing"])
+    ) as sensor:
+        requested = visits_late_files(sensor).run_requests
     assert [r.partition_key for r in requested if r.job_name == "visits_daily_job"] == []
     # The partition's next run writes again (the restore undid its committed input).
     dg.materialize(
