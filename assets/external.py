@@ -96,32 +96,34 @@ def external_specs() -> list[dg.AssetSpec]:
         for folder, (_, text) in LANDING.items()
     ]
     control = [
-        dg.AssetSpec(
-            dg.AssetKey(["control", table]),
-            deps=list(writers),
-            group_name="control",
-            kinds={"delta"},
-            owners=[OWNER],
-            tags={"pattern": "control-table"},
-            metadata={"dagster/table_name": table},
-            description=f"Control table `{table}`: {text} Written by {', '.join(writers)} in "
-            "their own runs; restore it with them.",
+        _control_spec(
+            table,
+            [dg.AssetKey(w) for w in writers],
+            f"{text} Written by {', '.join(writers)} in their own runs; restore it with them.",
         )
         for table, (writers, text) in CONTROL.items()
     ]
-    sensor_state = dg.AssetSpec(
-        dg.AssetKey(["control", SENSOR_STATE]),
-        deps=[landing_key(folder) for folder in SENSOR_STATE_READS],
+    sensor_state = _control_spec(
+        SENSOR_STATE,
+        [landing_key(folder) for folder in SENSOR_STATE_READS],
+        "Per file sensor and landed file, its size, mtime and content hash (and subject), so "
+        "a file is hashed again only when it moved. Written by the sensors "
+        "visits_late_files, change_files, event_batch_files and telemetry_files, whose "
+        "cursors hold only this table's version. Deleting a sensor's rows (or resetting its "
+        "cursor) makes it hash every file once again; run keys keep that from launching "
+        "work twice.",
+    )
+    return [*landing, *control, sensor_state]
+
+
+def _control_spec(table: str, deps: list[dg.AssetKey], text: str) -> dg.AssetSpec:
+    return dg.AssetSpec(
+        dg.AssetKey(["control", table]),
+        deps=deps,
         group_name="control",
         kinds={"delta"},
         owners=[OWNER],
         tags={"pattern": "control-table"},
-        metadata={"dagster/table_name": SENSOR_STATE},
-        description=f"Control table `{SENSOR_STATE}`: per file sensor and landed file, its "
-        "size, mtime and content hash (and subject), so a file is hashed again only when it "
-        "moved. Written by the sensors visits_late_files, change_files, event_batch_files "
-        "and telemetry_files, whose cursors hold only this table's version. Deleting a "
-        "sensor's rows (or resetting its cursor) makes it hash every file once again; run "
-        "keys keep that from launching work twice.",
+        metadata={"dagster/table_name": table},
+        description=f"Control table `{table}`: {text}",
     )
-    return [*landing, *control, sensor_state]

@@ -6,14 +6,12 @@ report says whether this run reproduced the previous run's checksums."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import importlib.util
 import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -25,6 +23,7 @@ from demo import database, telemetry, updates, warehouse
 from demo.generate import DAYS, write_initial_files, write_late_files
 from demo.report import checksum, compare_with_previous
 from demo.runs import run_job
+from resources.jvm_output import stderr_to
 from sensors import visits_late_files
 from sensors.ticks import evaluate_tick
 
@@ -48,29 +47,13 @@ def materialize(defs, job_name: str, partitions: list[str], resources, instance,
     return [event.metadata for event in result.asset_materializations_for_node(asset)]
 
 
-@contextlib.contextmanager
-def stderr_to(path: Path) -> Iterator[None]:
-    """Send this process's standard error (file descriptor 2) to `path`: Spark's JVM, which
-    inherits it, writes its console noise there, and the report stays readable. Restored
-    on the way out, so an error still reaches the terminal."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with path.open("ab") as log:
-        os.dup2(log.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
 def main() -> int:
     started = time.monotonic()
     home = Path(os.environ.get("DAGSTER_HOME", PROJECT_ROOT / ".data" / "dagster"))
     log = home.parent / "demo.log"
     print(f"Spark, Dagster and set-up output: {log}")
+    # Dagster's console log and whatever else writes to standard error go to the log
+    # file: the terminal shows the report alone; an error still reaches it on the way out.
     with stderr_to(log):
         defs = load_definitions()
         # Resolved as a run resolves them (dg.EnvVar settings read now), because the

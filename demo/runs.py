@@ -3,7 +3,11 @@ job's name (timeline, job pages) like any run the sensors or a user launch."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import dagster as dg
+
+from sensors.ticks import evaluate_tick
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -34,3 +38,43 @@ def run_job(
         run_config=QUIET,
         raise_on_error=raise_on_error,
     )
+
+
+@dataclass(frozen=True)
+class Launched:
+    job_name: str
+    partition_key: str
+    tags: dict[str, str]
+
+
+def settle(
+    sensor: dg.SensorDefinition,
+    defs: dg.Definitions,
+    *,
+    resources: dict,
+    instance: dg.DagsterInstance,
+    cursor: str | None,
+    tags: dict[str, str],
+    job_name: str | None = None,
+) -> tuple[str | None, list[Launched]]:
+    """Ticks of `sensor`, each followed by the runs it asked for (of `job_name`, for a
+    sensor whose requests name none), until a tick asks for none. Returns the cursor and
+    the runs, in order."""
+    sensor_resources = {"landing": resources["landing"], "lakehouse": resources["lakehouse"]}
+    launched: list[Launched] = []
+    while True:
+        tick = evaluate_tick(sensor, instance, cursor, sensor_resources)
+        cursor = tick.cursor if tick.cursor is not None else cursor
+        if not tick.run_requests:
+            return cursor, launched
+        for request in tick.run_requests:
+            job = request.job_name or job_name
+            run_job(
+                defs,
+                job,
+                [request.partition_key],
+                resources=resources,
+                instance=instance,
+                tags={**request.tags, **tags, "dagster/run_key": request.run_key},
+            )
+            launched.append(Launched(job, request.partition_key, dict(request.tags)))

@@ -21,9 +21,8 @@ from assets.updates.change_files import (
     devices_cdc_path,
 )
 from demo.report import checksum
-from demo.runs import run_job
+from demo.runs import settle
 from sensors import change_files
-from sensors.ticks import evaluate_tick
 
 FIRST_DAY = dt.date(2025, 1, 6)
 DAYS = [FIRST_DAY + dt.timedelta(days=i) for i in range(6)]
@@ -95,29 +94,6 @@ def expected_catalog(days: dict[dt.date, list[dict]]) -> set[tuple[str, ...]]:
     return {tuple(row[c] for c in CATALOG_COLUMNS) for row in table.values()}
 
 
-def _settle(defs, resources, instance, cursor: str | None, tags: dict) -> tuple[str | None, list]:
-    """Sensor ticks, each followed by the runs it asked for, until a tick asks for none.
-    Returns the cursor and the (job, partition, trigger) of every run."""
-    sensor_resources = {"landing": resources["landing"], "lakehouse": resources["lakehouse"]}
-    launched = []
-    while True:
-        tick = evaluate_tick(change_files, instance, cursor, sensor_resources)
-        cursor = tick.cursor
-        if not tick.run_requests:
-            return cursor, launched
-        for request in tick.run_requests:
-            run_tags = {**request.tags, **tags, "dagster/run_key": request.run_key}
-            run_job(
-                defs,
-                request.job_name,
-                [request.partition_key],
-                resources=resources,
-                instance=instance,
-                tags=run_tags,
-            )
-            launched.append((request.job_name, request.partition_key, request.tags))
-
-
 def _table(lakehouse, table: str, columns: tuple[str, ...]) -> set[tuple[str, ...]]:
     return {tuple(row[c] for c in columns) for row in lakehouse.read_arrow(table).to_pylist()}
 
@@ -137,20 +113,34 @@ def run(defs: dg.Definitions, resources: dict, instance: dg.DagsterInstance) -> 
         f"6. Updates: {len(DAYS)} days of devices_cdc/*.csv and device_catalog/*.jsonl "
         f"({DAYS[0]} .. {DAYS[-1]})."
     )
-    cursor, launched = _settle(defs, resources, instance, None, {"demo/stage": "updates"})
-    by_job = {job: [p for j, p, _ in launched if j == job] for job in ("devices_job",)}
-    catalog_order = [p for j, p, _ in launched if j == "device_catalog_job"]
+    cursor, launched = settle(
+        change_files,
+        defs,
+        resources=resources,
+        instance=instance,
+        cursor=None,
+        tags={"demo/stage": "updates"},
+    )
+    devices_runs = [r for r in launched if r.job_name == "devices_job"]
+    catalog_order = [r.partition_key for r in launched if r.job_name == "device_catalog_job"]
     print(
-        f"   change_files sensor: {len(by_job['devices_job'])} devices runs, "
+        f"   change_files sensor: {len(devices_runs)} devices runs, "
         f"{len(catalog_order)} device_catalog runs, one day at a time in order "
         f"({', '.join(p[5:] for p in catalog_order) or 'none: all committed'})."
     )
     catalog[CORRECTED] = _catalog_day(CORRECTED, random.Random(99), corrected=True)
     _write_catalog(landing_root, CORRECTED, catalog[CORRECTED])
     print(f"   A corrected {device_catalog_path(CORRECTED)} lands late ...")
-    cursor, launched = _settle(defs, resources, instance, cursor, {"demo/stage": "correction"})
-    for job, partition, tags in launched:
-        print(f"   {job:<19} {partition}  {tags.get('updates/trigger', '')}")
+    cursor, launched = settle(
+        change_files,
+        defs,
+        resources=resources,
+        instance=instance,
+        cursor=cursor,
+        tags={"demo/stage": "correction"},
+    )
+    for run in launched:
+        print(f"   {run.job_name:<19} {run.partition_key}  {run.tags.get('updates/trigger', '')}")
     checksums = {}
     for table, got, want in (
         ("devices", _table(lakehouse, "devices", DEVICE_COLUMNS), expected_devices(cdc)),

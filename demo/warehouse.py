@@ -23,9 +23,8 @@ from assets.warehouse.manifest import load_manifest
 from assets.warehouse.manifest.enriched import SUCCESS, run_folder
 from assets.warehouse.manifest.loader import DEFAULT_EVENT_TABLES, warehouse_table
 from demo.report import checksum
-from demo.runs import run_job
+from demo.runs import settle
 from sensors import enriched_run_directories, event_batch_files
-from sensors.ticks import evaluate_tick
 
 T0 = dt.datetime(2025, 1, 20, 9, tzinfo=dt.UTC)
 EVENTS = 60
@@ -87,28 +86,6 @@ def expected_events(batches: dict[str, list[dict]]) -> set[tuple]:
     }
 
 
-def _settle(sensor, defs, resources, instance, cursor, job: str, tags: dict) -> tuple:
-    """Sensor ticks, each followed by its runs, until a tick asks for none; (cursor, runs)."""
-    sensor_resources = {"landing": resources["landing"], "lakehouse": resources["lakehouse"]}
-    runs = 0
-    while True:
-        tick = evaluate_tick(sensor, instance, cursor, sensor_resources)
-        cursor = tick.cursor if tick.cursor is not None else cursor
-        if not tick.run_requests:
-            return cursor, runs
-        for request in tick.run_requests:
-            run_tags = {**request.tags, **tags, "dagster/run_key": request.run_key}
-            run_job(
-                defs,
-                job,
-                [request.partition_key],
-                resources=resources,
-                instance=instance,
-                tags=run_tags,
-            )
-            runs += 1
-
-
 def run_events(defs, resources, instance) -> dict[str, str]:
     landing_root, lakehouse = Path(resources["landing"].root), resources["lakehouse"]
     shutil.rmtree(landing_root / "events", ignore_errors=True)
@@ -125,17 +102,22 @@ def run_events(defs, resources, instance) -> dict[str, str]:
         "(first versions; newer versions and deletions; stale versions), landing last first,"
     )
     print("    and the first batch again under another name.")
-    tags = {"demo/stage": "event-batches"}
     cursor, runs = None, 0
-    for batch_id in reversed(names):
-        land(batch_id, batches[batch_id])
-        cursor, ran = _settle(
-            event_batch_files, defs, resources, instance, cursor, "event_batch", tags
+    for batch_id, rows in [
+        *((b, batches[b]) for b in reversed(names)),
+        (f"{names[0]}-redelivered", batches[names[0]]),
+    ]:
+        land(batch_id, rows)
+        cursor, launched = settle(
+            event_batch_files,
+            defs,
+            resources=resources,
+            instance=instance,
+            cursor=cursor,
+            tags={"demo/stage": "event-batches"},
+            job_name="event_batch",
         )
-        runs += ran
-    land(f"{names[0]}-redelivered", batches[names[0]])
-    cursor, ran = _settle(event_batch_files, defs, resources, instance, cursor, "event_batch", tags)
-    runs += ran
+        runs += len(launched)
     stored = lakehouse.read_arrow(
         "user_events", columns=["event_id", "user_id", "event_timestamp", "is_deleted"]
     ).to_pylist()
@@ -188,18 +170,25 @@ def run_enriched(defs, resources, instance) -> dict[str, str]:
         f"11. Enriched runs: {len(ENRICHED_RUNS)} run directories, the last still being "
         "written (no _SUCCESS yet)."
     )
-    tags = {"demo/stage": "enriched-runs"}
     known = set(instance.get_dynamic_partitions(enriched_runs.name)) & set(ENRICHED_RUNS)
-    _, runs = _settle(
-        enriched_run_directories, defs, resources, instance, None, "enriched_run", tags
-    )
+
+    def registered_and_loaded() -> int:
+        _, launched = settle(
+            enriched_run_directories,
+            defs,
+            resources=resources,
+            instance=instance,
+            cursor=None,
+            tags={"demo/stage": "enriched-runs"},
+            job_name="enriched_run",
+        )
+        return len(launched)
+
+    runs = registered_and_loaded()
     earlier = f" ({len(known)} registered by an earlier demo)" if known else ""
     print(f"    enriched_run_directories sensor: {runs} runs; the unfinished one waits{earlier}.")
     (landing_root / run_folder(ENRICHED_RUNS[-1]) / SUCCESS).write_text("")
-    _, runs = _settle(
-        enriched_run_directories, defs, resources, instance, None, "enriched_run", tags
-    )
-    print(f"    Its _SUCCESS lands: {runs} more run(s).")
+    print(f"    Its _SUCCESS lands: {registered_and_loaded()} more run(s).")
     states = Counter(r.state for r in load_manifest.read(lakehouse, ENRICHED_RUNS).values())
     loaded = {
         kind: lakehouse.count(warehouse_table(kind), where=None)

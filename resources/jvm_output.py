@@ -20,6 +20,23 @@ MAX_LINES = 200
 """Lines handed over at a time (a log4j stack trace can be long)."""
 
 
+@contextlib.contextmanager
+def stderr_to(path: Path) -> Iterator[None]:
+    """Point this process's standard error (descriptor 2, which child processes such as
+    the JVM inherit) at `path`, appending, and restore it on the way out."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with path.open("ab") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 class JvmOutput:
     def __init__(self) -> None:
         handle, name = tempfile.mkstemp(prefix="spark-jvm-", suffix=".log")
@@ -27,19 +44,9 @@ class JvmOutput:
         self.path = Path(name)
         self._read = 0
 
-    @contextlib.contextmanager
-    def captured(self) -> Iterator[None]:
+    def captured(self) -> contextlib.AbstractContextManager[None]:
         """Standard error (descriptor 2) goes to the file inside the block."""
-        sys.stderr.flush()
-        saved = os.dup(2)
-        with self.path.open("ab") as log:
-            os.dup2(log.fileno(), 2)
-            try:
-                yield
-            finally:
-                sys.stderr.flush()
-                os.dup2(saved, 2)
-                os.close(saved)
+        return stderr_to(self.path)
 
     def forward(self, warn: Callable[[str], None]) -> int:
         """Hand the lines written since the last call to `warn`; returns how many."""
