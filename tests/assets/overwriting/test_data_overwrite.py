@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -323,3 +324,13 @@ def test_each_partition_reports_its_phases_in_the_runs_log(resources, instance, 
     assert "rows_inserted 20" in write
     assert metadata.startswith("visits_daily 2024-01-02: metadata in ")
     assert all(message.endswith(" s") for message in messages)
+
+
+@pytest.mark.long_on_delta_spark
+def test_a_byte_order_mark_and_crlf_line_ends_are_tolerated(resources, lakehouse, write_visits):
+    """The same rule as every other source: a leading BOM is dropped, CRLF reads as LF."""
+    rows = day_of_visits(DAYS[0], 3)
+    body = "\ufeff" + "".join(json.dumps(r) + "\r\n" for r in rows)
+    write_visits(DAYS[0], "windows.jsonl", body)
+    materialize(resources, DAYS[0])
+    assert sorted(r[0] for r in table_rows(lakehouse)) == sorted(r["visit_id"] for r in rows)

@@ -277,3 +277,11 @@ def test_bad_catalog_lines_name_file_and_line(resources, lakehouse, landing, wri
     assert "device_catalog/2024-07-01.jsonl:5: field 'brand_name' is OBJECT, not text" in error
     assert "device_catalog/2024-07-01.jsonl:6: field 'id' is BIGINT, not text" in error
     assert not lakehouse.exists(DEVICE_CATALOG)
+
+
+@pytest.mark.long_on_delta_spark
+def test_a_byte_order_mark_is_tolerated(resources, lakehouse, write_catalog):
+    path = write_catalog(DAYS[0], FILES[DAYS[0]])
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().replace(b"\n", b"\r\n"))
+    run(resources, DAYS[0])
+    assert catalog(lakehouse) == [("a", "iPhone 15", "A16"), ("b", "Pixel 8", "Tensor G3")]
