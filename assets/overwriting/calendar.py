@@ -12,7 +12,8 @@ import re
 
 DAY_FOLDER_PATTERN = r"^visits/date=(\d{4}-\d{2}-\d{2})/"
 """A visits file's path, its event day captured (Python and Spark regex alike)."""
-_DAY_FOLDER = re.compile(DAY_FOLDER_PATTERN)
+# The layout is visits/date=YYYY-MM-DD/<file>: a file in a deeper folder follows none.
+_DAY_FILE = re.compile(DAY_FOLDER_PATTERN + r"[^/]+$")
 
 
 def parse_day(key: str) -> dt.date:
@@ -42,7 +43,7 @@ def day_folder(day: dt.date) -> str:
 def day_of_file(path: str) -> dt.date | None:
     """The event day a landed visits file belongs to, from its `date=` folder; None when
     the path does not follow the layout."""
-    match = _DAY_FOLDER.match(path)
+    match = _DAY_FILE.match(path)
     if not match:
         return None
     try:

@@ -70,7 +70,11 @@ def parse_landed_visits(
     spark: SparkSession, landing: LandingZone, days: Sequence[dt.date]
 ) -> ParsedVisits:
     """Parse every visits file of `days` (see `parse_visits`)."""
-    files = [stat for day in days for stat in landing.list(day_folder(day), suffix=".jsonl")]
+    files = [
+        stat
+        for day in days
+        for stat in landing.list(day_folder(day), suffix=".jsonl", recursive=False)
+    ]
     return parse_visits(spark, landing, files)
 
 

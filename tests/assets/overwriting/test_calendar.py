@@ -16,3 +16,5 @@ def test_day_of_file_reads_only_the_date_folder_layout():
     assert day_of_file("visits/date=2024-02-29/a.jsonl") == dt.date(2024, 2, 29)
     assert day_of_file("visits/date=2023-02-29/a.jsonl") is None
     assert day_of_file("visits/a.jsonl") is None
+    # A file in a folder below the day's follows no layout: no day's input.
+    assert day_of_file("visits/date=2024-02-29/sub/a.jsonl") is None

@@ -334,3 +334,15 @@ def test_a_byte_order_mark_and_crlf_line_ends_are_tolerated(resources, lakehouse
     write_visits(DAYS[0], "windows.jsonl", body)
     materialize(resources, DAYS[0])
     assert sorted(r[0] for r in table_rows(lakehouse)) == sorted(r["visit_id"] for r in rows)
+
+
+@pytest.mark.long_on_delta_spark
+def test_a_file_below_the_day_folder_is_no_input(resources, lakehouse, write_visits):
+    """The layout is visits/date=YYYY-MM-DD/<file>, for the run as for the sensor."""
+    rows = day_of_visits(DAYS[0], 2)
+    folder = write_visits(DAYS[0], "part.jsonl", rows).parent
+    (folder / "sub").mkdir()
+    nested = day_of_visits(DAYS[0], 2, prefix="nested")
+    (folder / "sub" / "nested.jsonl").write_text("".join(json.dumps(v) + "\n" for v in nested))
+    materialize(resources, DAYS[0])
+    assert sorted(r[0] for r in table_rows(lakehouse)) == sorted(r["visit_id"] for r in rows)
