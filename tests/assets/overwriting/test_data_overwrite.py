@@ -308,6 +308,7 @@ def test_a_backfill_as_several_concurrent_runs_lands_every_partition(
     assert sum("skipped" in m for m in metadata) == 1
 
 
+@pytest.mark.long_on_delta_spark
 def test_each_partition_reports_its_phases_in_the_runs_log(resources, instance, three_days):
     """A long step says where it is: per partition, what each phase read or wrote and
     how long it took."""

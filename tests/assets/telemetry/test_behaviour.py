@@ -265,6 +265,7 @@ def test_a_retry_waits_for_its_backoff(deployment):
     assert deployment.run_pending() == []
 
 
+@pytest.mark.long_on_delta_spark
 def test_files_off_the_layout_and_special_files_never_block_the_subject(deployment, caplog):
     """A nested folder's file is no subject's data; a link to nothing and a named pipe
     cannot be read: each is named once and the subject's good files flow."""
@@ -298,6 +299,7 @@ class StaleListing(LandingZone):
         return sorted([*listed, *extra], key=lambda s: s.path)
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_file_gone_between_listing_and_reading_is_recorded_alone(deployment):
     gone = "telemetry/Tool01/gone.csv"
     deployment.landing = StaleListing(root=deployment.landing.root, stale=gone)
