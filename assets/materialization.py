@@ -15,7 +15,7 @@ import dagster as dg
 
 from assets.columns import column_description
 from resources.lakehouse import CommitResult, Lakehouse
-from resources.lakehouse.port import normalize_metrics
+from resources.lakehouse.port import TableFacts, normalize_metrics
 from resources.lakehouse.predicates import Predicate, eq
 from resources.landing import Fingerprint, sources_digest
 
@@ -71,11 +71,13 @@ def standard_table_metadata(
 
     `partition_rows`: the rows the materialized partition is, when it is a slice of the
     table; their count is `dagster/partition_row_count`."""
-    metadata: dict[str, Any] = {
-        "dagster/table_name": table,
-        "dagster/uri": lakehouse.uri(table),
-    }
-    facts = lakehouse.table_facts(table, where=partition_rows)
+    return _standard_metadata(
+        lakehouse.uri(table), table, lakehouse.table_facts(table, where=partition_rows)
+    )
+
+
+def _standard_metadata(uri: str, table: str, facts: TableFacts | None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"dagster/table_name": table, "dagster/uri": uri}
     if facts is None:
         return metadata
     metadata["dagster/column_schema"] = dg.TableSchema(
@@ -131,19 +133,23 @@ def _table_metadata(
     partition_key: str | None,
     sources: Sequence[Fingerprint],
     extra: Mapping[str, Any] | None,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], TableFacts | None]:
+    """The metadata both kinds of materialization record, and the log facts it was read
+    from (one read of the log)."""
+    uri = lakehouse.uri(table)
+    facts = lakehouse.table_facts(table, where=slice_predicate(extra or {}))
     metadata: dict[str, Any] = {
         TABLE_NAME: table,
-        "table_uri": dg.MetadataValue.path(lakehouse.uri(table)),
+        "table_uri": dg.MetadataValue.path(uri),
         "delta_operation": operation,
         "partition": partition_key or "",
         **{name: dg.MetadataValue.int(value) for name, value in metrics.items()},
-        **standard_table_metadata(lakehouse, table, partition_rows=slice_predicate(extra or {})),
+        **_standard_metadata(uri, table, facts),
     }
     if sources:
         metadata[SOURCE_DIGEST] = sources_digest(sources)
         metadata["source_files"] = dg.MetadataValue.int(len(sources))
-    return metadata
+    return metadata, facts
 
 
 def materialization_metadata(
@@ -155,7 +161,7 @@ def materialization_metadata(
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Dagster metadata for a materialization that wrote `result`."""
-    metadata = _table_metadata(
+    metadata, _ = _table_metadata(
         lakehouse,
         result.table,
         operation=result.operation,
@@ -194,7 +200,7 @@ def skipped_metadata(
     It records the table's current version as `table_version`, never as `delta_version`:
     no commit of this run exists to restore to the version before of."""
     metrics = normalize_metrics({}, "NONE")
-    metadata = _table_metadata(
+    metadata, facts = _table_metadata(
         lakehouse,
         table,
         operation="NONE",
@@ -203,7 +209,7 @@ def skipped_metadata(
         sources=sources,
         extra=extra,
     )
-    metadata["table_version"] = dg.MetadataValue.int(lakehouse.version(table) or 0)
+    metadata["table_version"] = dg.MetadataValue.int(facts.version if facts else 0)
     metadata[SKIPPED] = reason
     metadata["summary"] = _summary(
         table,
