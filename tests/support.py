@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import subprocess
+import sys
 from pathlib import Path
+
+import dagster as dg
 
 from resources import Lakehouse, LandingZone, SparkResource
 
 DELTA_JARS = os.environ.get("DELTA_SPARK_JARS", "")
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 class NoSpark(SparkResource):
@@ -42,6 +47,39 @@ def run_process_env(home: Path, lakehouse, landing, **extra: str) -> dict[str, s
         "SPARK_MASTER": "local[1]",
         **extra,
     }
+
+
+def materialize_side_by_side(
+    home: Path, lakehouse, landing, selections: list[list[str]], *, timeout: float = 1500
+) -> list[str]:
+    """`dagster asset materialize -f platform/definitions.py <selection>` for each of
+    `selections`, all at once, each in its own process as the run launcher starts runs,
+    on a fresh Dagster home; asserts every one succeeded and returns their outputs."""
+    home.mkdir()
+    with dg.DagsterInstance.from_config(str(home)):
+        pass  # creates the instance's storage once, as `dagster dev` would
+    env = run_process_env(home, lakehouse, landing)
+    definitions = PROJECT_ROOT / "platform" / "definitions.py"
+    command = [sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(definitions)]
+    runs = [
+        subprocess.Popen(
+            [*command, *selection],
+            env=env,
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for selection in selections
+    ]
+    try:
+        outputs = [run.communicate(timeout=timeout)[0] for run in runs]
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+    assert [run.returncode for run in runs] == [0] * len(runs), [o[-3000:] for o in outputs]
+    return outputs
 
 
 def visit(

@@ -7,14 +7,12 @@ input is committed once. Slow: a few minutes on 2 cores (`make test-slow`)."""
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import dagster as dg
 import pytest
-from support import day_of_visits, run_process_env
+from support import day_of_visits, materialize_side_by_side
 
 from assets.overwriting.data_overwrite import VISITS_DAILY
 from assets.overwriting.exposition import active_tables, manifest_entries
@@ -44,29 +42,12 @@ def launch_ranges(
     """`dagster asset materialize --partition-range` for each range, all at once (what the
     UI's backfill of a range launches for a single-run asset); returns the Dagster home."""
     home = tmp_path / "dagster_home"
-    home.mkdir()
-    with dg.DagsterInstance.from_config(str(home)):
-        pass  # creates the instance's storage once, as `dagster dev` would
-    env = run_process_env(home, lakehouse, landing)
-    command = [sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(DEFINITIONS)]
-    runs = [
-        subprocess.Popen(
-            [*command, "--select", asset, "--partition-range", f"{first}...{last}"],
-            env=env,
-            cwd=PROJECT_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for first, last in ranges
-    ]
-    try:
-        outputs = [run.communicate(timeout=1500)[0] for run in runs]
-    finally:
-        for run in runs:
-            if run.poll() is None:
-                run.kill()
-    assert [run.returncode for run in runs] == [0] * len(runs), [o[-3000:] for o in outputs]
+    materialize_side_by_side(
+        home,
+        lakehouse,
+        landing,
+        [["--select", asset, "--partition-range", f"{a}...{b}"] for a, b in ranges],
+    )
     return home
 
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
 import pyarrow as pa
 import pytest
-from support import day_of_visits, partition_range, run_process_env, visit
+from support import (
+    day_of_visits,
+    materialize_side_by_side,
+    partition_range,
+    visit,
+)
 
 from assets.overwriting import visits_daily
 from assets.overwriting.data_overwrite import VISITS_DAILY
@@ -272,24 +275,13 @@ def test_a_backfill_as_several_concurrent_runs_lands_every_partition(
         write_visits(day, "part.jsonl", day_of_visits(day, 15))
     work = [*days, days[0]]
     home = tmp_path / "dagster_home"
-    home.mkdir()
-    with dg.DagsterInstance.from_config(str(home)):
-        pass  # creates the instance's storage once, as `dagster dev` would
-    env = run_process_env(home, lakehouse, landing)
-    command = [sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(DEFINITIONS)]
-    runs = [
-        subprocess.Popen(
-            [*command, "--select", "visits_daily", "--partition", day.isoformat()],
-            env=env,
-            cwd=PROJECT_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for day in work
-    ]
-    outputs = [run.communicate(timeout=600)[0] for run in runs]
-    assert [run.returncode for run in runs] == [0] * len(work), outputs
+    materialize_side_by_side(
+        home,
+        lakehouse,
+        landing,
+        [["--select", "visits_daily", "--partition", day.isoformat()] for day in work],
+        timeout=600,
+    )
     # Each day's input is committed once: the second run of day 1 is skipped (it found
     # the commit, or its own commit was refused as stale), whatever the interleaving.
     written = [
