@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -104,10 +105,19 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
         )
     # Spark names files `file:<absolute path>` (Hadoop's rendering of a local path).
     prefix = f"file:{landing.absolute('')}/"
+    try:
+        loaded = spark.read.format("binaryFile").load(
+            [_hadoop_path(landing, stat.path) for stat in readable]
+        )
+    except AnalysisException as error:
+        gone = [stat for stat in readable if not landing.absolute(stat.path).is_file()]
+        if error.getCondition() != "PATH_NOT_FOUND" or not gone:
+            raise
+        raise SourceDataError(
+            "landed", [Problem(stat.path, None, "gone since it was listed") for stat in gone]
+        ) from error
     documents = (
-        spark.read.format("binaryFile")
-        .load([_hadoop_path(landing, stat.path) for stat in readable])
-        .select(
+        loaded.select(
             F.substring(F.col("path"), len(prefix) + 1, 2**31 - 1).alias("source_file"),
             F.col("length").alias("source_size"),
             F.col("modificationTime").alias("source_mtime"),
@@ -213,6 +223,24 @@ def instant(text: Column) -> Column:
     """An ISO-8601 text that states its offset, as the instant it names (a timestamp,
     compared and stored in UTC); null when the text has no offset or names no instant."""
     return F.when(text.rlike(OFFSET_SUFFIX), text.try_cast("timestamp"))
+
+
+def json_problem(text: Column, variant: Column) -> Column:
+    """Why a line is not JSON a row can be taken from, given `variant` =
+    `try_parse_json(text)`; null when it parses. A field given twice is named: `from_json`
+    would keep its last value without a word, and which one the sender meant is anyone's
+    guess."""
+    keys = F.json_object_keys(text)
+    repeated = F.get(F.filter(keys, lambda key, i: F.array_position(keys, key) != i + 1), 0)
+    return (
+        F.when(variant.isNotNull(), F.lit(None).cast("string"))
+        .when(repeated.isNotNull(), F.concat(F.lit("field '"), repeated, F.lit("' is given twice")))
+        .when(
+            keys.isNotNull(),
+            F.lit("a nested object gives one of its fields twice (or the line is over 16 MiB)"),
+        )
+        .otherwise(F.lit("malformed JSON"))
+    )
 
 
 def json_kind(record: Column, field: str) -> Column:

@@ -77,6 +77,7 @@ class LandingFileError(OSError):
     def __init__(self, path: str, problem: str) -> None:
         super().__init__(f"{path}: {problem}")
         self.path = path
+        self.problem = problem
 
 
 def _regular_file(full: Path) -> tuple[os.stat_result | None, str | None]:
@@ -164,11 +165,16 @@ class LandingZone(dg.ConfigurableResource):
         return self.absolute(path).is_file()
 
     def stat(self, path: str) -> FileStat | None:
-        """The listing facts of one file; None when it has not landed."""
-        full = self.absolute(path)
-        if not full.is_file():
+        """The listing facts of one file; None when nothing is there. Raises
+        LandingFileError, naming what it is, when something other than a regular file is
+        (a named pipe, a folder, a symbolic link to nothing)."""
+        self.absolute(path)  # refuses a path, or a link, that leaves the landing zone
+        entry = Path(self.root) / path
+        if not os.path.lexists(entry):
             return None
-        st = full.stat()
+        st, problem = _regular_file(entry)
+        if st is None:
+            raise LandingFileError(path, f"it is {problem}, not a regular file")
         return FileStat(path, st.st_size, st.st_mtime_ns)
 
     def head(self, path: str, size: int = 4096) -> bytes:

@@ -314,7 +314,8 @@ def payments(
     commits nothing of the day."""
     day = parse_day(context.partition_key)
     compared = payments_settings.compared_columns()
-    files = landing.list(day_folder(day), suffix=".jsonl")
+    # The layout is payments/date=YYYY-MM-DD/<file>: a file in a deeper folder is no input.
+    files = landing.list(day_folder(day), suffix=".jsonl", recursive=False)
     parsed = parse_payments(spark.session(), landing, files)
     metadata = commit_metadata(context, partition_key=context.partition_key, sources=parsed.sources)
     if not lakehouse.exists(PAYMENTS):

@@ -25,7 +25,9 @@ from assets.source_files import (
     file_facts,
     first_problems,
     instant,
+    json_problem,
     read_lines,
+    wrong_kind,
 )
 from resources.landing import FileStat, Fingerprint, LandingZone
 
@@ -80,11 +82,19 @@ def payload_digest() -> Column:
 
 
 def _problem(record: Column, amount: Column, created_at: Column) -> Column:
+    variant = F.expr("try_parse_json(text)")
+    unparsed = json_problem(F.col("text"), variant)
     check = (
         F.when(F.col("read_problem").isNotNull(), F.col("read_problem"))
         .when(F.col("text").isNull(), F.lit("file is empty"))
+        .when(unparsed.isNotNull(), unparsed)
         .when(record.isNull() | record["_corrupt_record"].isNotNull(), F.lit("malformed JSON"))
     )
+    for name in (KEY, *PAYLOAD_COLUMNS):
+        # Every field is text (the amount a decimal string): a number or an object is
+        # refused, never kept as its JSON text.
+        wrong = wrong_kind(variant, name, "STRING")
+        check = check.when(wrong.isNotNull(), wrong)
     for name in (KEY, *PAYLOAD_COLUMNS):
         check = check.when(
             record[name].isNull() | (F.trim(record[name]) == ""),

@@ -23,6 +23,7 @@ from assets.source_files import (
     file_facts,
     first_problems,
     instant,
+    json_problem,
     read_lines,
     wrong_kind,
 )
@@ -87,9 +88,11 @@ def _misplaced(files: Sequence[FileStat]) -> list[Problem]:
 
 
 def _problem(record: Column, variant: Column, event_time: Column) -> Column:
+    unparsed = json_problem(F.col("text"), variant)
     check = (
         F.when(F.col("read_problem").isNotNull(), F.col("read_problem"))
-        .when(F.col("text").isNull(), F.lit("file is empty"))
+        .when(F.col("text").isNull(), F.lit("file holds no visit, only blank lines"))
+        .when(unparsed.isNotNull(), unparsed)
         .when(record.isNull() | record["_corrupt_record"].isNotNull(), F.lit("malformed JSON"))
     )
     for name, expected in (*((n, "STRING") for n in REQUIRED_FIELDS), ("context", "OBJECT")):

@@ -25,10 +25,11 @@ from assets.source_files import (
     SourceDataError,
     file_facts,
     first_problems,
+    json_problem,
     read_lines,
     wrong_kind,
 )
-from resources.landing import FileStat, Fingerprint, LandingZone
+from resources.landing import FileStat, Fingerprint, LandingFileError, LandingZone
 
 DEVICE_COLUMNS = ("type", "full_name", "version")
 CDC_HEADERS = ("type;full_name;version", "type;full_name;version;is_deleted")
@@ -71,7 +72,10 @@ def device_catalog_path(day: dt.date) -> str:
 
 
 def _landed(landing: LandingZone, path: str, source: str) -> FileStat:
-    stat = landing.stat(path)
+    try:
+        stat = landing.stat(path)
+    except LandingFileError as error:
+        raise SourceDataError(source, [Problem(path, None, error.problem)]) from error
     if stat is None:
         raise SourceDataError(source, [Problem(path, None, "change file has not landed")])
     return stat
@@ -179,9 +183,14 @@ def parse_catalog_changes(spark: SparkSession, landing: LandingZone, day: dt.dat
         .withColumn("record", record)
         .withColumn("variant", F.expr("try_parse_json(text)"))
     )
-    problem = _read_problem().when(
-        F.col("record").isNull() | F.col("record._corrupt_record").isNotNull(),
-        F.lit("malformed JSON"),
+    unparsed = json_problem(F.col("text"), F.col("variant"))
+    problem = (
+        _read_problem()
+        .when(unparsed.isNotNull(), unparsed)
+        .when(
+            F.col("record").isNull() | F.col("record._corrupt_record").isNotNull(),
+            F.lit("malformed JSON"),
+        )
     )
     for name in CATALOG_COLUMNS:
         # Every field is text: an object or a number is refused, never kept as its JSON.

@@ -43,8 +43,10 @@ from assets.source_files import (
     first_problems,
     instant,
     json_kind,
+    json_problem,
     json_text,
     read_lines,
+    wrong_kind,
 )
 from resources.landing import FileStat, Fingerprint, LandingZone
 
@@ -86,7 +88,7 @@ def _problem(record: Column, payload: Column) -> Column:
     check = (
         F.when(F.col("read_problem").isNotNull(), F.col("read_problem"))
         .when(F.col("text").isNull(), F.lit("file holds no event"))
-        .when(record.isNull(), F.lit("malformed JSON (or a field given twice)"))
+        .when(record.isNull(), json_problem(F.col("text"), record))
         .when(~F.schema_of_variant(record).startswith("OBJECT"), F.lit("line is not a JSON object"))
     )
     for field in TEXT_FIELDS:
@@ -94,16 +96,10 @@ def _problem(record: Column, payload: Column) -> Column:
         check = check.when(
             kind.isNull() | (kind == "VOID") | (F.trim(json_text(record, field)) == ""),
             F.lit(f"missing required field '{field}'"),
-        ).when(
-            kind != "STRING",
-            F.concat(F.lit(f"field '{field}' is "), kind, F.lit(", not text")),
         )
-    for field in ("event_id", "op"):
-        kind = json_kind(record, field)
-        check = check.when(
-            kind.isNotNull() & (kind != "VOID") & (kind != "STRING"),
-            F.concat(F.lit(f"field '{field}' is "), kind, F.lit(", not text")),
-        )
+    for field in (*TEXT_FIELDS, "event_id", "op"):
+        wrong = wrong_kind(record, field, "STRING")
+        check = check.when(wrong.isNotNull(), wrong)
     check = check.when(
         (F.trim(json_text(record, "event_id")) == ""), F.lit("field 'event_id' is empty")
     )

@@ -22,6 +22,7 @@ from assets.warehouse.events_source import batch_file, parse_batch
 from assets.warehouse.staging_merge import TABLE_COLUMNS, deduplicate, merge_batch
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse.predicates import eq
+from resources.landing import LandingFileError
 
 STAGING = "user_events_staging"
 EARLIEST_EVENT = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
@@ -147,7 +148,10 @@ def user_events_staging(
     deduplicated (newest version of each event) and staged in `user_events_staging`, then
     audited by blocking checks; `user_events` publishes it only if every audit passes."""
     batch_id = context.partition_key
-    stat = landing.stat(batch_file(batch_id))
+    try:
+        stat = landing.stat(batch_file(batch_id))
+    except LandingFileError as error:
+        raise dg.Failure(f"batch {batch_id}: {error}") from error
     if stat is None:
         raise dg.Failure(f"batch {batch_id}: {batch_file(batch_id)} is not in the landing zone")
     parsed = parse_batch(spark.session(), landing, batch_id, [stat])

@@ -32,8 +32,10 @@ from assets.source_files import (
     file_facts,
     first_problems,
     json_kind,
+    json_problem,
     json_text,
     read_lines,
+    wrong_kind,
 )
 from resources.landing import FileStat, Fingerprint, LandingZone
 
@@ -85,7 +87,7 @@ def _problem(record: Column) -> Column:
     check = (
         F.when(F.col("read_problem").isNotNull(), F.col("read_problem"))
         .when(F.col("text").isNull(), F.lit("file holds no event"))
-        .when(record.isNull(), F.lit("malformed JSON (or a field given twice)"))
+        .when(record.isNull(), json_problem(F.col("text"), record))
         .when(~F.schema_of_variant(record).startswith("OBJECT"), F.lit("line is not a JSON object"))
     )
     for field in ("event_type", "event_id"):
@@ -93,7 +95,9 @@ def _problem(record: Column) -> Column:
         check = check.when(
             kind.isNull() | (kind == "VOID") | (F.trim(json_text(record, field)) == ""),
             F.lit(f"missing required field '{field}'"),
-        ).when(kind != "STRING", F.concat(F.lit(f"field '{field}' is "), kind, F.lit(", not text")))
+        )
+        wrong = wrong_kind(record, field, "STRING")
+        check = check.when(wrong.isNotNull(), wrong)
     return check.when(
         ~json_text(record, "event_type").rlike(EVENT_TYPE),
         F.concat(
