@@ -22,8 +22,8 @@ def run_job(
     tags: dict[str, str],
     raise_on_error: bool = True,
 ) -> dg.ExecuteInProcessResult:
-    """One run of `job_name` over the consecutive `partitions`, as a backfill of them
-    launches it (its assets have single-run backfill policies)."""
+    """One run of `job_name` over the partitions from `partitions[0]` to `partitions[-1]`,
+    as a backfill of them launches it (its assets have single-run backfill policies)."""
     if len(partitions) > 1:
         tags = {
             **tags,
@@ -44,6 +44,7 @@ def run_job(
 class Launched:
     job_name: str
     partition_key: str
+    """The run's partition, or its range as `first..last`."""
     tags: dict[str, str]
 
 
@@ -69,12 +70,14 @@ def settle(
             return cursor, launched
         for request in tick.run_requests:
             job = request.job_name or job_name
+            span = request.partition_key_range
+            partitions = [request.partition_key] if span is None else [span.start, span.end]
             run_job(
                 defs,
                 job,
-                [request.partition_key],
+                partitions,
                 resources=resources,
                 instance=instance,
                 tags={**request.tags, **tags, "dagster/run_key": request.run_key},
             )
-            launched.append(Launched(job, request.partition_key, dict(request.tags)))
+            launched.append(Launched(job, "..".join(dict.fromkeys(partitions)), dict(request.tags)))

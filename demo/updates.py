@@ -1,8 +1,9 @@
 """The updates part of the demo: daily change files for `devices` (Merger) and
 `device_catalog` (Stateful Merger) land, the `change_files` sensor asks for their days
-(the catalog's one at a time, in order), and a corrected catalog day delivered late makes
-the catalog restore to the day before and merge the days after it again. Both tables come
-out equal to the changes folded here in Python, straight from the generated files."""
+(the catalog's as one run that merges them in order), and a corrected catalog day
+delivered late makes the catalog restore to the day before and merge it and the days
+after it again, in one run. Both tables come out equal to the changes folded here in
+Python, straight from the generated files."""
 
 from __future__ import annotations
 
@@ -122,11 +123,11 @@ def run(defs: dg.Definitions, resources: dict, instance: dg.DagsterInstance) -> 
         tags={"demo/stage": "updates"},
     )
     devices_runs = [r for r in launched if r.job_name == "devices_job"]
-    catalog_order = [r.partition_key for r in launched if r.job_name == "device_catalog_job"]
+    catalog_runs = [r.partition_key for r in launched if r.job_name == "device_catalog_job"]
     print(
         f"   change_files sensor: {len(devices_runs)} devices runs, "
-        f"{len(catalog_order)} device_catalog runs, one day at a time in order "
-        f"({', '.join(p[5:] for p in catalog_order) or 'none: all committed'})."
+        f"{len(catalog_runs)} device_catalog run(s), each a range merged day by day in order "
+        f"({', '.join(catalog_runs) or 'none: all committed'})."
     )
     catalog[CORRECTED] = _catalog_day(CORRECTED, random.Random(99), corrected=True)
     _write_catalog(landing_root, CORRECTED, catalog[CORRECTED])

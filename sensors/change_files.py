@@ -8,14 +8,17 @@ recorded: a day never materialized, or whose file changed, is dirty. Run keys ca
 digest, so a re-notified unchanged file launches nothing.
 
 `devices` days are requested as they come. `device_catalog` builds each day on the
-previous one, so it moves one day at a time, in order: a tick requests the earliest
-catalog day that is dirty or older than its predecessor's latest materialization (a
-predecessor rebuilt after it), provided its predecessor is materialized (or it has none:
-the first day with a file). Its run key also names the predecessor's materialization, so
-each step of the chain runs once.
+previous one: a tick finds the earliest catalog day that is dirty or older than its
+predecessor's latest materialization (a predecessor rebuilt after it), provided its
+predecessor is materialized (or it has none: the first day with a file), and requests it
+and every later day up to a gap as one run, which merges them in order (the asset's
+single-run backfill policy; one Spark session for a backlog of days). Its run key names
+the range, its files' digest and the predecessor's materialization, so each rebuild of
+the chain runs once.
 """
 
 import datetime as dt
+import hashlib
 from dataclasses import dataclass
 
 import dagster as dg
@@ -101,7 +104,8 @@ def devices_requests(source: ChangeSource, states: dict[dt.date, DayState]) -> l
 
 
 def catalog_request(source: ChangeSource, states: dict[dt.date, DayState]) -> list[dg.RunRequest]:
-    """The next step of the catalog's chain, if any (see the module)."""
+    """The rest of the catalog's chain as one run, if any of it needs building (see the
+    module)."""
     days = sorted(states)
     for index, day in enumerate(days):
         state = states[day]
@@ -123,9 +127,38 @@ def catalog_request(source: ChangeSource, states: dict[dt.date, DayState]) -> li
             if state.recorded is None
             else ("changed-file" if state.dirty else "predecessor-rebuilt")
         )
+        # Every later day builds on this one, so each is rebuilt after it: up to the last
+        # day before a gap, in the same run.
+        last = day
+        while last + dt.timedelta(days=1) in states:
+            last += dt.timedelta(days=1)
         after = previous.materialized_at if previous else 0
-        return [_request(source, day, f"device_catalog:{day}:{state.digest[:20]}:{after}", trigger)]
+        inputs = _range_digest(states, day, last)
+        key = f"device_catalog:{day}..{last}:{inputs[:20]}:{after}"
+        if last == day:
+            return [_request(source, day, key, trigger)]
+        return [
+            dg.RunRequest(
+                run_key=key,
+                job_name=source.job_name,
+                tags={
+                    "updates/trigger": trigger,
+                    "dagster/asset_partition_range_start": day.isoformat(),
+                    "dagster/asset_partition_range_end": last.isoformat(),
+                },
+            )
+        ]
     return []
+
+
+def _range_digest(states: dict[dt.date, DayState], first: dt.date, last: dt.date) -> str:
+    """One digest over the files of the days `first` to `last`."""
+    digest = hashlib.sha256()
+    day = first
+    while day <= last:
+        digest.update(f"{day}:{states[day].digest}\n".encode())
+        day += dt.timedelta(days=1)
+    return digest.hexdigest()
 
 
 @dg.sensor(
@@ -133,9 +166,9 @@ def catalog_request(source: ChangeSource, states: dict[dt.date, DayState]) -> li
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Materializes new and changed days of `devices` (devices_cdc/YYYY-MM-DD.csv) "
-    "and `device_catalog` (device_catalog/YYYY-MM-DD.jsonl; one day at a time, in order, "
-    "since each day builds on the one before). Run keys carry the file's digest: an "
-    "unchanged file never launches a run twice.",
+    "and `device_catalog` (device_catalog/YYYY-MM-DD.jsonl; a changed day and every day "
+    "after it as one run, merged in order, since each day builds on the one before). Run "
+    "keys carry the files' digest: an unchanged file never launches a run twice.",
 )
 def change_files(
     context: dg.SensorEvaluationContext, landing: LandingZone, lakehouse: Lakehouse

@@ -1,6 +1,6 @@
 """The change-file sensor against a real Dagster instance and landing zone: new devices
-and catalog days are picked up (the defect: they never were), the catalog one day at a
-time in order, changed files again, and re-notified files never."""
+and catalog days are picked up (the defect: they never were), the catalog's days as one
+run merged in order, changed files again, and re-notified files never."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from support import sensor_resources
+from support import partition_range, sensor_resources
 
 from assets.updates import device_catalog, devices
 from sensors import change_files
@@ -89,35 +89,48 @@ def test_new_devices_days_are_requested_and_settle(resources, instance, landing,
     ]
 
 
-def test_catalog_days_are_requested_one_at_a_time_in_order(resources, instance, landing, land):
+def catalog_range(result: dg.SensorResult) -> tuple[str, str, str]:
+    """The one catalog run a tick asks for: (first day, last day, trigger)."""
+    [request] = result.run_requests
+    span = request.partition_key_range
+    first, last = (span.start, span.end) if span else (request.partition_key,) * 2
+    return first, last, request.tags["updates/trigger"]
+
+
+def materialize_range(first: str, last: str, resources, instance) -> None:
+    dg.materialize(
+        [device_catalog],
+        resources=resources,
+        instance=instance,
+        tags=partition_range(first, last) if first != last else None,
+        partition_key=first if first == last else None,
+    )
+
+
+def test_catalog_days_are_requested_as_one_run_in_order(resources, instance, landing, land):
     for day in (DAY1, DAY2, DAY3):
         land("device_catalog", day, catalog_rows(1, 2, name=f"Phone {day.day}"))
-    steps = []
-    for _ in range(3):
-        [request] = tick(instance, landing).run_requests
-        steps.append(request.partition_key)
-        materialize(
-            device_catalog, dt.date.fromisoformat(request.partition_key), resources, instance
-        )
-    assert steps == ["2024-05-01", "2024-05-02", "2024-05-03"]
+    first = tick(instance, landing)
+    assert catalog_range(first) == ("2024-05-01", "2024-05-03", "new-partition")
+    # Seen again before the run: the same run key, so Dagster launches it once.
+    assert [r.run_key for r in tick(instance, landing).run_requests] == [
+        r.run_key for r in first.run_requests
+    ]
+    materialize_range("2024-05-01", "2024-05-03", resources, instance)
     assert tick(instance, landing).run_requests == []
 
-    # A corrected file for the first day: that day, then each later day on top of it.
-    land("device_catalog", DAY1, catalog_rows(1, 2, 3))
-    triggers = []
-    for _ in range(3):
-        [(asset, day, trigger)] = requested(tick(instance, landing))
-        triggers.append((day, trigger))
-        materialize(device_catalog, dt.date.fromisoformat(day), resources, instance)
-    assert triggers == [
-        ("2024-05-01", "changed-file"),
-        ("2024-05-02", "predecessor-rebuilt"),
-        ("2024-05-03", "predecessor-rebuilt"),
-    ]
+    # A corrected file for the middle day: that day and the day after it, in one run.
+    land("device_catalog", DAY2, catalog_rows(1, 2, 3))
+    assert catalog_range(tick(instance, landing)) == ("2024-05-02", "2024-05-03", "changed-file")
+    materialize_range("2024-05-02", "2024-05-03", resources, instance)
     assert tick(instance, landing).run_requests == []
+
+    # The last day alone is a run of that day.
+    land("device_catalog", DAY3, catalog_rows(4))
+    assert catalog_range(tick(instance, landing)) == ("2024-05-03", "2024-05-03", "changed-file")
 
 
 def test_a_gap_in_catalog_days_stops_the_chain(instance, landing, land):
     land("device_catalog", DAY1, catalog_rows(1))
     land("device_catalog", DAY3, catalog_rows(2))
-    assert [r.partition_key for r in tick(instance, landing).run_requests] == ["2024-05-01"]
+    assert catalog_range(tick(instance, landing)) == ("2024-05-01", "2024-05-01", "new-partition")
