@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 import subprocess
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 import dagster as dg
@@ -80,6 +82,29 @@ def materialize_side_by_side(
                 run.kill()
     assert [run.returncode for run in runs] == [0] * len(runs), [o[-3000:] for o in outputs]
     return outputs
+
+
+def table_contents(
+    lakehouse: Lakehouse,
+    *,
+    without_columns: Collection[str] = (),
+    without_tables: Collection[str] = (),
+) -> dict[str, str]:
+    """A digest of the rows of every Delta table under the lakehouse root, data and
+    control, in a fixed order, by table (leaving out `without_columns` and the tables
+    named in `without_tables`)."""
+    root = Path(lakehouse.root)
+    found = {}
+    for log in sorted(root.rglob("_delta_log")):
+        name = str(log.parent.relative_to(root))
+        if name in without_tables:
+            continue
+        rows = [
+            repr(sorted((k, v) for k, v in row.items() if k not in without_columns))
+            for row in lakehouse.read_arrow(name).to_pylist()
+        ]
+        found[name] = hashlib.sha256("\n".join(sorted(rows)).encode()).hexdigest()[:16]
+    return found
 
 
 def visit(

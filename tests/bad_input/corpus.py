@@ -14,7 +14,6 @@ allows. A case ends in one of three outcomes a data engineer can rely on:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
+from support import table_contents
 
 from resources import Lakehouse, LandingZone
 from resources.landing import FileStat
@@ -180,15 +180,11 @@ def vanishing(landing: LandingZone, placed: Mapping[str, bytes | Special]) -> Va
 
 def tables(lakehouse: Lakehouse) -> dict[str, tuple[int, str]]:
     """Every Delta table under the lakehouse root, data and control: its version and a
-    digest of its rows (in a fixed order)."""
-    root = Path(lakehouse.root)
-    found = {}
-    for log in sorted(root.rglob("_delta_log")):
-        name = str(log.parent.relative_to(root))
-        rows = lakehouse.read_arrow(name).to_pylist()
-        digest = hashlib.sha256(repr(sorted(repr(sorted(r.items())) for r in rows)).encode())
-        found[name] = (lakehouse.version(name), digest.hexdigest()[:16])
-    return found
+    digest of its rows."""
+    return {
+        name: (lakehouse.version(name), digest)
+        for name, digest in table_contents(lakehouse).items()
+    }
 
 
 def json_line(**fields: object) -> bytes:
