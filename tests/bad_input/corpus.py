@@ -123,6 +123,32 @@ def one_file(head: bytes, cases: Sequence[LineCase]) -> tuple[bytes, dict[str, i
     return head + b"".join(case.line for case in cases), numbers
 
 
+def in_place_of_the_file(missing: str) -> list[Case]:
+    """Where a source expects one file (key `f`): something else there, or nothing
+    (refused with `missing`)."""
+    return [
+        Case(
+            "a named pipe",
+            "FIFO",
+            {"f": FIFO},
+            Refused(": it is a named pipe (FIFO), not a regular file"),
+        ),
+        Case(
+            "a link to nothing",
+            "dangling symlink",
+            {"f": DANGLING},
+            Refused(": it is a symbolic link to nothing, not a regular file"),
+        ),
+        Case(
+            "a folder",
+            "directory",
+            {"f": DIRECTORY},
+            Refused(": it is a folder, not a regular file"),
+        ),
+        Case("no file", "vanished file", {}, Refused(missing)),
+    ]
+
+
 def place(landing: LandingZone, files: Mapping[str, bytes | Special]) -> None:
     """Put `files` in the landing zone: content as given, special entries made real
     (`VANISHED` needs a `VanishingListing` to show it)."""

@@ -12,9 +12,6 @@ import functools
 import dagster as dg
 import pytest
 from bad_input.corpus import (
-    DANGLING,
-    DIRECTORY,
-    FIFO,
     Accepted,
     Case,
     LineCase,
@@ -23,6 +20,7 @@ from bad_input.corpus import (
     assert_refused,
     clear,
     failure_text,
+    in_place_of_the_file,
     json_line,
     place,
 )
@@ -114,17 +112,7 @@ DEVICE_FILES = [
             "type;full_name;version;is_deleted (is the file ';'-delimited?)"
         ),
     ),
-    Case(
-        "a named pipe", "FIFO", {"f": FIFO}, Refused(": it is a named pipe (FIFO), not a regular")
-    ),
-    Case(
-        "a link to nothing",
-        "dangling symlink",
-        {"f": DANGLING},
-        Refused(": it is a symbolic link to nothing, not a regular file"),
-    ),
-    Case("a folder", "directory", {"f": DIRECTORY}, Refused(": it is a folder, not a regular")),
-    Case("no file", "vanished file", {}, Refused(": change file has not landed")),
+    *in_place_of_the_file(": change file has not landed"),
     Case("empty", "empty file", {"f": b""}, Accepted()),
     Case("header only", "header only", {"f": HEADER}, Accepted()),
     Case(
@@ -190,17 +178,7 @@ CATALOG_LINES = [
     LineCase("an array", "malformed", b'["a", "b"]\n', Refused("malformed JSON")),
 ]
 CATALOG_FILES = [
-    Case(
-        "a named pipe", "FIFO", {"f": FIFO}, Refused(": it is a named pipe (FIFO), not a regular")
-    ),
-    Case(
-        "a link to nothing",
-        "dangling symlink",
-        {"f": DANGLING},
-        Refused(": it is a symbolic link to nothing, not a regular file"),
-    ),
-    Case("a folder", "directory", {"f": DIRECTORY}, Refused(": it is a folder, not a regular")),
-    Case("no file", "vanished file", {}, Refused(": change file has not landed")),
+    *in_place_of_the_file(": change file has not landed"),
     Case("empty", "empty file", {"f": b""}, Accepted()),
     Case("blank lines only", "header only", {"f": b"\n\n"}, Accepted()),
     Case(

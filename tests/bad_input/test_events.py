@@ -10,9 +10,6 @@ import json
 import dagster as dg
 import pytest
 from bad_input.corpus import (
-    DANGLING,
-    DIRECTORY,
-    FIFO,
     Accepted,
     Case,
     LineCase,
@@ -20,6 +17,7 @@ from bad_input.corpus import (
     assert_lines_refused,
     assert_refused,
     clear,
+    in_place_of_the_file,
     json_line,
     place,
     tables,
@@ -100,14 +98,7 @@ LINES = [
 ]
 FILES = [
     Case("empty", "empty file", {"f": b""}, Refused(": file is empty")),
-    Case("a named pipe", "FIFO", {"f": FIFO}, Refused(": it is a named pipe (FIFO), not a")),
-    Case(
-        "a link to nothing", "dangling symlink", {"f": DANGLING}, Refused(": it is a symbolic link")
-    ),
-    Case(
-        "a folder", "directory", {"f": DIRECTORY}, Refused(": it is a folder, not a regular file")
-    ),
-    Case("no file", "vanished file", {}, Refused(" is not in the landing zone")),
+    *in_place_of_the_file(" is not in the landing zone"),
 ]
 
 
