@@ -1,11 +1,13 @@
 """Immutable dataset patterns: the Proxy (`device_snapshot`)."""
 
-from assets.immutable.device_snapshot import device_snapshot, point_device_snapshot
-from assets.jobs import asset_job
+import dagster as dg
 
-device_snapshot_job = asset_job(
-    device_snapshot,
-    "Write a new write-once snapshot of device_catalog and point readers at it.",
+from assets.immutable.device_snapshot import device_snapshot, point_device_snapshot
+
+device_snapshot_job = dg.define_asset_job(
+    "device_snapshot_job",
+    selection=[device_snapshot],
+    description="Write a new write-once snapshot of device_catalog and point readers at it.",
 )
 
 assets = [device_snapshot]
