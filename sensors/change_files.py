@@ -18,7 +18,6 @@ the chain runs once.
 """
 
 import datetime as dt
-import hashlib
 from dataclasses import dataclass
 
 import dagster as dg
@@ -55,12 +54,16 @@ SOURCES = (
 
 @dataclass(frozen=True)
 class DayState:
-    digest: str
-    """Of the day's file as it is now."""
+    file: Fingerprint
+    """The day's file as it is now."""
     recorded: str | None
     """The digest the day's latest materialization recorded (None: never materialized)."""
     materialized_at: int | None
     """Storage id of that materialization (orders materializations)."""
+
+    @property
+    def digest(self) -> str:
+        return sources_digest([self.file])
 
     @property
     def dirty(self) -> bool:
@@ -74,19 +77,33 @@ def _states(
     for day, fingerprint in files.items():
         record = latest_materialization(instance, key, day.isoformat())
         states[day] = DayState(
-            sources_digest([fingerprint]),
+            fingerprint,
             recorded_source_digest(record),
             record.storage_id if record else None,
         )
     return states
 
 
-def _request(source: ChangeSource, day: dt.date, key: str, trigger: str) -> dg.RunRequest:
+def _request(
+    source: ChangeSource, day: dt.date, key: str, trigger: str, *, last: dt.date | None = None
+) -> dg.RunRequest:
+    """A run of `day`, or of the days `day` to `last` as one run (a single-run backfill's
+    range tags)."""
+    if last is None or last == day:
+        return dg.RunRequest(
+            run_key=key,
+            job_name=source.job_name,
+            partition_key=day.isoformat(),
+            tags={"updates/trigger": trigger},
+        )
     return dg.RunRequest(
         run_key=key,
         job_name=source.job_name,
-        partition_key=day.isoformat(),
-        tags={"updates/trigger": trigger},
+        tags={
+            "updates/trigger": trigger,
+            "dagster/asset_partition_range_start": day.isoformat(),
+            "dagster/asset_partition_range_end": last.isoformat(),
+        },
     )
 
 
@@ -133,32 +150,10 @@ def catalog_request(source: ChangeSource, states: dict[dt.date, DayState]) -> li
         while last + dt.timedelta(days=1) in states:
             last += dt.timedelta(days=1)
         after = previous.materialized_at if previous else 0
-        inputs = _range_digest(states, day, last)
+        inputs = sources_digest(states[d].file for d in days if day <= d <= last)
         key = f"device_catalog:{day}..{last}:{inputs[:20]}:{after}"
-        if last == day:
-            return [_request(source, day, key, trigger)]
-        return [
-            dg.RunRequest(
-                run_key=key,
-                job_name=source.job_name,
-                tags={
-                    "updates/trigger": trigger,
-                    "dagster/asset_partition_range_start": day.isoformat(),
-                    "dagster/asset_partition_range_end": last.isoformat(),
-                },
-            )
-        ]
+        return [_request(source, day, key, trigger, last=last)]
     return []
-
-
-def _range_digest(states: dict[dt.date, DayState], first: dt.date, last: dt.date) -> str:
-    """One digest over the files of the days `first` to `last`."""
-    digest = hashlib.sha256()
-    day = first
-    while day <= last:
-        digest.update(f"{day}:{states[day].digest}\n".encode())
-        day += dt.timedelta(days=1)
-    return digest.hexdigest()
 
 
 @dg.sensor(

@@ -81,8 +81,7 @@ def payload_digest() -> Column:
     return F.unhex(F.sha2(F.to_json(typed), 256))
 
 
-def _problem(record: Column, amount: Column, created_at: Column) -> Column:
-    variant = F.expr("try_parse_json(text)")
+def _problem(record: Column, variant: Column, amount: Column, created_at: Column) -> Column:
     unparsed = json_problem(F.col("text"), variant)
     check = (
         F.when(F.col("read_problem").isNotNull(), F.col("read_problem"))
@@ -141,10 +140,14 @@ def parse_payments(
     parsed = (
         read_lines(spark, landing, files)
         .withColumn("record", record)
+        .withColumn("variant", F.expr("try_parse_json(text)"))
         .withColumn("amount", F.expr(f"try_cast(record.amount AS {AMOUNT_TYPE.simpleString()})"))
         .withColumn("created_at", instant(F.col("record.created_at")))
-        .withColumn("problem", _problem(F.col("record"), F.col("amount"), F.col("created_at")))
-        .drop("text")
+        .withColumn(
+            "problem",
+            _problem(F.col("record"), F.col("variant"), F.col("amount"), F.col("created_at")),
+        )
+        .drop("text", "variant")
         .cache()
     )
     try:
