@@ -13,6 +13,7 @@ from pathlib import Path
 import dagster as dg
 
 from resources import Lakehouse, LandingZone, SparkResource
+from resources.landing import FileStat
 
 DELTA_JARS = os.environ.get("DELTA_SPARK_JARS", "")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -82,6 +83,25 @@ def materialize_side_by_side(
                 run.kill()
     assert [run.returncode for run in runs] == [0] * len(runs), [o[-3000:] for o in outputs]
     return outputs
+
+
+class VanishingListing(LandingZone):
+    """A landing zone whose listing still shows files deleted since: the race between a
+    run's listing and its reading, made to happen every time."""
+
+    vanished: str = ""
+    """The paths shown although gone, one per line."""
+
+    def list(self, prefix: str, *, suffix: str = "", recursive: bool = True) -> list[FileStat]:
+        listed = super().list(prefix, suffix=suffix, recursive=recursive)
+        gone = [
+            FileStat(path, 100, 1)
+            for path in self.vanished.splitlines()
+            if path.startswith(prefix.rstrip("/") + "/")
+            and path.endswith(suffix)
+            and (recursive or "/" not in path[len(prefix.rstrip("/")) + 1 :])
+        ]
+        return sorted([*listed, *gone], key=lambda s: s.path)
 
 
 def table_contents(

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
-from support import table_contents
+from support import VanishingListing, table_contents
 
 from resources import Lakehouse, LandingZone
-from resources.landing import FileStat
 
 KINDS = (
     "empty file",
@@ -175,25 +174,6 @@ def clear(landing: LandingZone, path: str) -> None:
         shutil.rmtree(target)
     else:
         target.unlink(missing_ok=True)
-
-
-class VanishingListing(LandingZone):
-    """A landing zone whose listing still shows files deleted since: the race between a
-    run's listing and its reading, made to happen every time."""
-
-    vanished: str = ""
-    """The paths shown although gone, one per line."""
-
-    def list(self, prefix: str, *, suffix: str = "", recursive: bool = True) -> list[FileStat]:
-        listed = super().list(prefix, suffix=suffix, recursive=recursive)
-        gone = [
-            FileStat(path, 100, 1)
-            for path in self.vanished.splitlines()
-            if path.startswith(prefix.rstrip("/") + "/")
-            and path.endswith(suffix)
-            and (recursive or "/" not in path[len(prefix.rstrip("/")) + 1 :])
-        ]
-        return sorted([*listed, *gone], key=lambda s: s.path)
 
 
 def vanishing(landing: LandingZone, placed: Mapping[str, bytes | Special]) -> VanishingListing:

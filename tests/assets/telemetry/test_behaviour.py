@@ -10,6 +10,7 @@ import random
 
 import dagster as dg
 import pytest
+from support import VanishingListing
 from telemetry_history import START, ReportFile, expected_hourly, expected_totals, history, report
 
 from assets.telemetry import (
@@ -19,8 +20,6 @@ from assets.telemetry import (
     reingest_telemetry_file,
     release_quarantined_file,
 )
-from resources import LandingZone
-from resources.landing import FileStat
 
 FILES = history(["Tool01"], files_per_subject=6, rows_per_file=40)
 
@@ -286,23 +285,10 @@ def test_files_off_the_layout_and_special_files_never_block_the_subject(deployme
     assert deployment.run_pending() == []
 
 
-class StaleListing(LandingZone):
-    """A landing zone whose listing still shows a file deleted since: the race between a
-    run's listing and its reading, made to happen every time."""
-
-    stale: str = ""
-    """A path the listing shows although it is gone."""
-
-    def list(self, prefix: str, *, suffix: str = "", recursive: bool = True) -> list[FileStat]:
-        listed = super().list(prefix, suffix=suffix, recursive=recursive)
-        extra = [FileStat(self.stale, 100, 1)] if self.stale.startswith(prefix) else []
-        return sorted([*listed, *extra], key=lambda s: s.path)
-
-
 @pytest.mark.long_on_delta_spark
 def test_a_file_gone_between_listing_and_reading_is_recorded_alone(deployment):
     gone = "telemetry/Tool01/gone.csv"
-    deployment.landing = StaleListing(root=deployment.landing.root, stale=gone)
+    deployment.landing = VanishingListing(root=deployment.landing.root, vanished=gone)
     deployment.deliver(FILES[:2])
     deployment.run_pending()
     assert {row[2] for row in deployment.raw()} == {f.path for f in FILES[:2]}
