@@ -7,7 +7,7 @@ import os
 
 import dagster as dg
 import pytest
-from support import day_of_visits, sensor_resources, visit
+from support import day_of_visits, partition_range, sensor_resources, visit
 
 from assets.overwriting import visits_daily, visits_weekly
 from sensors import file_state, visits_late_files
@@ -24,7 +24,15 @@ def tick(instance, landing, cursor=None) -> dg.SensorResult:
 
 
 def requested(result: dg.SensorResult) -> list[tuple[str, str]]:
-    return sorted((r.job_name, r.partition_key) for r in result.run_requests)
+    """(job, partition) of each request; a range run's partition as `first..last`."""
+
+    def span(request: dg.RunRequest) -> str:
+        if request.partition_key is not None:
+            return request.partition_key
+        start = request.tags["dagster/asset_partition_range_start"]
+        return f"{start}..{request.tags['dagster/asset_partition_range_end']}"
+
+    return sorted((r.job_name, span(r)) for r in result.run_requests)
 
 
 @pytest.fixture
@@ -130,3 +138,48 @@ def test_a_day_never_materialized_is_requested_once_its_partition_exists(
         [visits_daily], partition_key="2024-05-01", resources=resources, instance=instance
     )
     assert requested(tick(instance, landing, result.cursor)) == []
+
+
+def test_adjacent_days_are_one_range_run_and_the_rest_their_own(
+    resources, instance, landing, write_visits, materialized
+):
+    """A month of new files must not launch a JVM per day: adjacent new days (and weeks)
+    are one run over their range; a day apart from them, or a late file of a materialized
+    day, is a run of its own."""
+    cursor = tick(instance, landing).cursor
+    may = [dt.date(2024, 5, 1) + dt.timedelta(days=i) for i in range(10)]
+    for day in [*may, dt.date(2024, 5, 20)]:
+        write_visits(day, "new.jsonl", day_of_visits(day, 1))
+    write_visits(DAYS[1], "late.jsonl", [visit("late", dt.datetime(2024, 4, 2, 7, tzinfo=dt.UTC))])
+    result = tick(instance, landing, cursor)
+    assert requested(result) == [
+        ("visits_daily_job", "2024-04-02"),
+        ("visits_daily_job", "2024-05-01..2024-05-10"),
+        ("visits_daily_job", "2024-05-20"),
+        ("visits_weekly_job", "2024-04-01"),
+        ("visits_weekly_job", "2024-04-29..2024-05-06"),
+        ("visits_weekly_job", "2024-05-20"),
+    ]
+    triggers = {
+        (r.job_name, r.tags.get("dagster/asset_partition_range_start", r.partition_key)): r.tags[
+            "visits/trigger"
+        ]
+        for r in result.run_requests
+    }
+    assert triggers[("visits_daily_job", "2024-04-02")] == "late-file"
+    assert triggers[("visits_daily_job", "2024-05-01")] == "new-partition"
+    # Seen again before the runs: the same keys, so each run launches once.
+    again = tick(instance, landing, cursor)
+    assert sorted(r.run_key for r in again.run_requests) == sorted(
+        r.run_key for r in result.run_requests
+    )
+    # The range run as Dagster launches it (the job over the range, one run) settles it.
+    dg.materialize(
+        [visits_daily],
+        tags=partition_range("2024-05-01", "2024-05-10"),
+        resources=resources,
+        instance=instance,
+    )
+    assert ("visits_daily_job", "2024-05-01..2024-05-10") not in requested(
+        tick(instance, landing, result.cursor)
+    )
