@@ -7,7 +7,9 @@ and compares a day's file digest with the digest the day's latest materializatio
 recorded: a day never materialized, or whose file changed, is dirty. Run keys carry the
 digest, so a re-notified unchanged file launches nothing.
 
-`devices` days are requested as they come. `device_catalog` builds each day on the
+`devices` (the Merger) applies days in the order it merges them: each stretch of
+consecutive dirty days is one run that merges them oldest first, and `devices_job` runs
+one at a time in the order its runs were requested. `device_catalog` builds each day on the
 previous one: a tick finds the earliest catalog day that is dirty or older than its
 predecessor's latest materialization (a predecessor rebuilt after it), provided its
 predecessor is materialized (or it has none: the first day with a file), and requests it
@@ -108,16 +110,33 @@ def _request(
 
 
 def devices_requests(source: ChangeSource, states: dict[dt.date, DayState]) -> list[dg.RunRequest]:
-    return [
-        _request(
-            source,
-            day,
-            f"devices:{day}:{state.digest[:20]}",
-            "new-partition" if state.recorded is None else "changed-file",
-        )
-        for day, state in sorted(states.items())
-        if state.dirty
-    ]
+    """A run per stretch of consecutive dirty days of one kind (new, or changed), which
+    merges them oldest first; the stretches are requested oldest first, and the job's
+    runs go one at a time in that order (see the module)."""
+    stretches: list[list[dt.date]] = []
+    for day, state in sorted(states.items()):
+        if not state.dirty:
+            continue
+        new = state.recorded is None
+        if (
+            stretches
+            and stretches[-1][-1] == day - dt.timedelta(days=1)
+            and (states[stretches[-1][-1]].recorded is None) == new
+        ):
+            stretches[-1].append(day)
+        else:
+            stretches.append([day])
+    requests = []
+    for days in stretches:
+        first, last = days[0], days[-1]
+        trigger = "new-partition" if states[first].recorded is None else "changed-file"
+        if first == last:
+            key = f"devices:{first}:{states[first].digest[:20]}"
+        else:
+            inputs = sources_digest(states[d].file for d in days)
+            key = f"devices:{first}..{last}:{inputs[:20]}"
+        requests.append(_request(source, first, key, trigger, last=last))
+    return requests
 
 
 def catalog_request(source: ChangeSource, states: dict[dt.date, DayState]) -> list[dg.RunRequest]:
@@ -160,10 +179,11 @@ def catalog_request(source: ChangeSource, states: dict[dt.date, DayState]) -> li
     jobs=[devices_job, device_catalog_job],
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Materializes new and changed days of `devices` (devices_cdc/YYYY-MM-DD.csv) "
-    "and `device_catalog` (device_catalog/YYYY-MM-DD.jsonl; a changed day and every day "
-    "after it as one run, merged in order, since each day builds on the one before). Run "
-    "keys carry the files' digest: an unchanged file never launches a run twice.",
+    description="Materializes new and changed days of `devices` (devices_cdc/YYYY-MM-DD.csv; "
+    "consecutive days as one run, merged in order) and `device_catalog` "
+    "(device_catalog/YYYY-MM-DD.jsonl; a changed day and every day after it as one run, "
+    "merged in order, since each day builds on the one before). Run keys carry the files' "
+    "digest: an unchanged file never launches a run twice.",
 )
 def change_files(
     context: dg.SensorEvaluationContext, landing: LandingZone, lakehouse: Lakehouse

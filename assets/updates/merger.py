@@ -5,6 +5,13 @@ cannot bring it back; updating a matched row with the batch's values is idempote
 MERGE is a Transactional Writer's (assets/transactional_writer.py): a day whose
 file is already merged is skipped without a commit, so replaying an old day after newer
 ones cannot bring its older values back.
+
+A Merger applies days in the order they are merged, so days are merged in date order:
+a range is one run that merges its days oldest first and stops at the first that fails
+(the single-run backfill policy), and `devices_job` runs one at a time (its
+`updates/in_order` tag, limited to 1 in `platform/dagster.yaml`), in the order they were
+queued. Days launched together, by the sensor or a backfill, can therefore not race each
+other into the table out of order.
 """
 
 import dagster as dg
@@ -13,6 +20,7 @@ from pyspark.sql import functions as F
 
 from assets.materialization import commit_metadata
 from assets.overwriting.calendar import parse_day
+from assets.partition_range import SINGLE_RUN, materialize_partitions
 from assets.progress import Progress
 from assets.transactional_writer import transactional_metadata, write_partition_once
 from assets.updates.change_files import DEVICE_COLUMNS, parse_device_changes
@@ -34,6 +42,7 @@ DEVICE_MERGE = [
 
 @dg.asset(
     partitions_def=daily_changes,
+    backfill_policy=SINGLE_RUN,
     group_name="updates",
     kinds={"spark", "delta"},
     # Part of each partition's input identity: bump it when the code changes what it
@@ -48,41 +57,43 @@ def devices(
 ) -> dg.MaterializeResult:
     """Devices known today, identified by (type, version), kept by merging each day's
     `devices_cdc/YYYY-MM-DD.csv`: deleted rows are removed and never re-inserted, a key
-    changed twice in one file takes the file's last line."""
-    progress = Progress(context.log, f"{DEVICES} {context.partition_key}")
-    with progress.phase("read") as read:
-        changes = parse_device_changes(spark.session(), landing, parse_day(context.partition_key))
-        read.update(files=1, **changes.facts())
-    metadata = commit_metadata(
-        context, partition_key=context.partition_key, sources=[changes.source]
-    )
-    with progress.phase("merge") as merged:
-        outcome = write_partition_once(
-            context,
-            lakehouse,
-            partition_key=context.partition_key,
-            table=DEVICES,
-            sources=[changes.source],
-            write=lambda app_transaction, facts: lakehouse.merge(
-                DEVICES,
-                changes.frame.select(*DEVICE_COLUMNS, F.col("is_deleted")),
-                on="t.type = s.type AND t.version = s.version",
-                clauses=DEVICE_MERGE,
-                metadata={**metadata, **facts},
-                app_transaction=app_transaction,
-            ),
-            create_empty=lambda: lakehouse.append(
-                DEVICES, DEVICES_SCHEMA.empty_table(), metadata=metadata
-            ),
-        )
-        merged.update(outcome.progress())
-    return dg.MaterializeResult(
-        metadata=transactional_metadata(
+    changed twice in one file takes the file's last line. A range of days is one run that
+    merges them oldest first."""
+
+    def merge_day(partition_key: str) -> dict:
+        progress = Progress(context.log, f"{DEVICES} {partition_key}")
+        with progress.phase("read") as read:
+            changes = parse_device_changes(spark.session(), landing, parse_day(partition_key))
+            read.update(files=1, **changes.facts())
+        metadata = commit_metadata(context, partition_key=partition_key, sources=[changes.source])
+        with progress.phase("merge") as merged:
+            outcome = write_partition_once(
+                context,
+                lakehouse,
+                partition_key=partition_key,
+                table=DEVICES,
+                sources=[changes.source],
+                write=lambda app_transaction, facts: lakehouse.merge(
+                    DEVICES,
+                    changes.frame.select(*DEVICE_COLUMNS, F.col("is_deleted")),
+                    on="t.type = s.type AND t.version = s.version",
+                    clauses=DEVICE_MERGE,
+                    metadata={**metadata, **facts},
+                    app_transaction=app_transaction,
+                ),
+                create_empty=lambda: lakehouse.append(
+                    DEVICES, DEVICES_SCHEMA.empty_table(), metadata=metadata
+                ),
+            )
+            merged.update(outcome.progress())
+        return transactional_metadata(
             lakehouse,
             outcome,
             table=DEVICES,
-            partition_key=context.partition_key,
+            partition_key=partition_key,
             sources=[changes.source],
             extra=changes.facts(),
         )
-    )
+
+    materialize_partitions(context, merge_day, on_failure="stop")
+    return dg.MaterializeResult()

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 from support import partition_range, sensor_resources
 
-from assets.updates import device_catalog, devices
+from assets.updates import IN_ORDER, device_catalog, device_catalog_job, devices, devices_job
 from sensors import change_files
 
 DAY1, DAY2, DAY3 = (dt.date(2024, 5, d) for d in (1, 2, 3))
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def tick(instance, landing, cursor=None) -> dg.SensorResult:
@@ -27,8 +29,14 @@ def tick(instance, landing, cursor=None) -> dg.SensorResult:
 
 
 def requested(result: dg.SensorResult) -> list[tuple[str, str, str]]:
+    """(asset, partition or `first..last`, trigger) of each request, in order."""
+
+    def span(request: dg.RunRequest) -> str:
+        days = request.partition_key_range
+        return f"{days.start}..{days.end}" if days else request.partition_key
+
     return [
-        (r.job_name.removesuffix("_job"), r.partition_key, r.tags["updates/trigger"])
+        (r.job_name.removesuffix("_job"), span(r), r.tags["updates/trigger"])
         for r in result.run_requests
     ]
 
@@ -69,15 +77,14 @@ def test_new_devices_days_are_requested_and_settle(resources, instance, landing,
     land("devices_cdc", DAY1, cdc("phone;Pixel;1"))
     land("devices_cdc", DAY2, cdc("phone;Pixel 2;2"))
     first = tick(instance, landing)
-    assert requested(first) == [
-        ("devices", "2024-05-01", "new-partition"),
-        ("devices", "2024-05-02", "new-partition"),
-    ]
+    # Consecutive days: one run, which merges them in date order.
+    assert requested(first) == [("devices", "2024-05-01..2024-05-02", "new-partition")]
     # Seen again before the runs: the same run keys, so Dagster launches each once.
     again = tick(instance, landing, first.cursor)
     assert [r.run_key for r in again.run_requests] == [r.run_key for r in first.run_requests]
-    for day in (DAY1, DAY2):
-        materialize(devices, day, resources, instance)
+    dg.materialize(
+        [devices], resources=resources, instance=instance, tags=partition_range(DAY1, DAY2)
+    )
     assert tick(instance, landing, first.cursor).run_requests == []
     # Re-notified (touched) without a change: nothing; rewritten: that day again.
     path = Path(landing.root) / "devices_cdc" / "2024-05-01.csv"
@@ -87,6 +94,45 @@ def test_new_devices_days_are_requested_and_settle(resources, instance, landing,
     assert requested(tick(instance, landing, first.cursor)) == [
         ("devices", "2024-05-01", "changed-file")
     ]
+
+
+def test_devices_days_are_merged_in_date_order_whatever_order_they_land(
+    resources, lakehouse, instance, landing, land
+):
+    """A Merger applies days in the order it merges them. Days landing together (newest
+    first here) are one run that merges them oldest first; a changed day and new days
+    after it are two runs, requested oldest first, and `devices_job` runs one at a time
+    in that order (its `updates/in_order` tag, limited in platform/dagster.yaml)."""
+    land("devices_cdc", DAY3, "type;full_name;version;is_deleted\nphone;Pixel;1;true\n")
+    land("devices_cdc", DAY2, cdc("phone;Pixel (renamed);1", "tablet;Tab;1"))
+    land("devices_cdc", DAY1, cdc("phone;Pixel;1"))
+    first = tick(instance, landing)
+    assert requested(first) == [("devices", "2024-05-01..2024-05-03", "new-partition")]
+    dg.materialize(
+        [devices], resources=resources, instance=instance, tags=partition_range(DAY1, DAY3)
+    )
+    rows = lakehouse.read_arrow("devices").to_pylist()
+    assert [(r["type"], r["full_name"], r["version"]) for r in rows] == [("tablet", "Tab", "1")]
+
+    land("devices_cdc", DAY1, cdc("phone;Pixel;1", "watch;W;1"))
+    land("devices_cdc", dt.date(2024, 5, 5), cdc("watch;W;2"))
+    land("devices_cdc", dt.date(2024, 5, 4), cdc("watch;W;3"))
+    assert requested(tick(instance, landing, first.cursor)) == [
+        ("devices", "2024-05-01", "changed-file"),
+        ("devices", "2024-05-04..2024-05-05", "new-partition"),
+    ]
+
+
+def test_devices_runs_go_one_at_a_time():
+    limits = yaml.safe_load((PROJECT_ROOT / "platform" / "dagster.yaml").read_text())
+    [limit] = [
+        limit
+        for limit in limits["concurrency"]["runs"]["tag_concurrency_limits"]
+        if limit["key"] == IN_ORDER
+    ]
+    assert limit == {"key": IN_ORDER, "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+    assert devices_job.tags == {IN_ORDER: "devices"}
+    assert device_catalog_job.tags == {IN_ORDER: "device_catalog"}
 
 
 def catalog_range(result: dg.SensorResult) -> tuple[str, str, str]:
