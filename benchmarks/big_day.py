@@ -225,6 +225,7 @@ def main() -> int:
                 "LAKEHOUSE_ENGINE": "delta-spark",
                 "SPARK_MASTER": described["master_url"],
                 "SPARK_EXECUTOR_MEMORY": "3g",
+                "SPARK_CORES_MAX": "2",  # both workers' cores for the one run measured
                 # The driver plans and commits; a heap far smaller than the day proves
                 # that no data passes through it (it would fail, not just grow).
                 "SPARK_DRIVER_MEMORY": DRIVER_MEMORY,

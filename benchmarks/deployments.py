@@ -4,8 +4,9 @@
 - a standalone cluster (master + 2 workers on 127.0.0.1, `SPARK_MASTER=spark://...`): a
   fresh driver per run, executors on the workers;
 - a long-lived Spark (a Spark Connect server on `local[*]`, `SPARK_REMOTE=sc://...`): runs
-  attach to it and start no JVM. It is not put on the cluster: a standalone master gives an
-  application every free core, so the server would leave none to the cluster runs beside it.
+  attach to it and start no JVM. It is not put on the cluster: it would hold one of the
+  cluster's two cores for its whole life (an application takes one core there), and the
+  cluster runs beside it would have one left.
 
 1. Run overhead: `dagster asset materialize` of one small `devices` day (a run's whole
    life: process, definitions, Spark, MERGE, metadata), median of RUNS runs per mode.

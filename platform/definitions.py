@@ -46,6 +46,7 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
         remote=env.get("SPARK_REMOTE", ""),
         master_ui=env.get("SPARK_MASTER_UI", ""),
         executor_memory=env.get("SPARK_EXECUTOR_MEMORY", "2g"),
+        cores_max=int(env.get("SPARK_CORES_MAX", "0")),
         driver_memory=env.get("SPARK_DRIVER_MEMORY", ""),
         # The application's UI, linked from each materialization while its run lives.
         ui_enabled=True,

@@ -44,11 +44,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _daemon(state: Path, name: str, args: list[str]) -> int:
+def _daemon(state: Path, name: str, args: list[str], **settings: str) -> int:
     from resources.spark import ensure_java
 
     env = {
         **os.environ,
+        **settings,
         "SPARK_HOME": str(spark_home()),
         "JAVA_HOME": ensure_java(),
         "SPARK_LOCAL_IP": HOST,
@@ -90,6 +91,10 @@ def up(state: Path, *, worker_cores: int, worker_memory: str, timeout: float = 1
             "master",
             ["org.apache.spark.deploy.master.Master", "--host", HOST, "--port", str(port)]
             + ["--webui-port", str(ui_port)],
+            # An application (a run's Spark) takes one core unless it asks for more
+            # (SPARK_CORES_MAX). With Spark's default the first takes every core and holds
+            # it to its end, so runs launched side by side would wait for each other.
+            SPARK_MASTER_OPTS="-Dspark.deploy.defaultCores=1",
         )
     ]
     for i in range(WORKERS):

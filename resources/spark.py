@@ -90,6 +90,10 @@ class SparkResource(dg.ConfigurableResource):
     shuffle_partitions: int = 4
     executor_memory: str = "2g"
     """Memory per executor on a cluster (`spark://`, YARN, k8s)."""
+    cores_max: int = 0
+    """Cores one run takes of a standalone cluster (SPARK_CORES_MAX, `spark.cores.max`).
+    0: the cluster's default (`make cluster`'s: one core, so that runs side by side share
+    the cluster instead of the first holding every core while the rest wait)."""
     driver_memory: str = ""
     """The driver JVM's heap (SPARK_DRIVER_MEMORY). Empty: 4g with a `local` master (the
     driver is the executor too), Spark's default (1g) with a cluster, where the driver
@@ -132,6 +136,8 @@ class SparkResource(dg.ConfigurableResource):
             config["spark.driver.memory"] = self.driver_memory or "4g"
         else:
             config["spark.executor.memory"] = self.executor_memory
+            if self.cores_max:
+                config["spark.cores.max"] = str(self.cores_max)
             if self.driver_memory:
                 config["spark.driver.memory"] = self.driver_memory
             # The driver only plans and commits: a serial collector keeps its heap near what
