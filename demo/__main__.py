@@ -1,8 +1,12 @@
-"""The main job: generate visits, materialize every week and day on the Dagster instance
-under DAGSTER_HOME, deliver late files, let the sensor pick the dirty partitions, run only
-those, and report; then the same for telemetry report files (demo/telemetry.py) and the
-devices change files (demo/updates.py). Run twice: the tables come out identical, and the
-report says whether this run reproduced the previous run's checksums."""
+"""The main job: land visit files on the landing zone of the Dagster instance under
+DAGSTER_HOME and let the daemon's sensor find the new days and weeks and launch their
+runs; deliver late files and let it re-run only the dirty partitions; then the same for
+telemetry report files (demo/telemetry.py), devices change files (demo/updates.py), the
+database-like sources (demo/database.py) and the warehouse (demo/warehouse.py). The
+sensors run in a real `dagster dev`, the running `make dev` or one started here
+(demo/dagster_dev.py), so their ticks and runs are in the UI like any others. Run twice:
+the tables come out identical, and the report says whether this run reproduced the
+previous run's checksums."""
 
 from __future__ import annotations
 
@@ -20,12 +24,12 @@ from assets.overwriting.calendar import week_start
 from assets.overwriting.data_overwrite import VISITS_DAILY
 from assets.overwriting.exposition import read_visits
 from demo import database, telemetry, updates, warehouse
+from demo.dagster_dev import Dagster, DemoError, attach_or_start
 from demo.generate import DAYS, write_initial_files, write_late_files
 from demo.report import checksum, compare_with_previous
-from demo.runs import run_job
+from demo.runs import materializations
 from resources.jvm_output import stderr_to
 from sensors import visits_late_files
-from sensors.ticks import evaluate_tick
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 JOB_ASSETS = {"visits_daily_job": "visits_daily", "visits_weekly_job": "visits_weekly"}
@@ -40,13 +44,6 @@ def load_definitions() -> dg.Definitions:
     return module.build_definitions(os.environ)
 
 
-def materialize(defs, job_name: str, partitions: list[str], resources, instance, tags) -> list:
-    """Each partition's metadata, from one run of `job_name` over `partitions`."""
-    result = run_job(defs, job_name, partitions, resources=resources, instance=instance, tags=tags)
-    asset = JOB_ASSETS[job_name]
-    return [event.metadata for event in result.asset_materializations_for_node(asset)]
-
-
 def main() -> int:
     started = time.monotonic()
     home = Path(os.environ.get("DAGSTER_HOME", PROJECT_ROOT / ".data" / "dagster"))
@@ -56,61 +53,72 @@ def main() -> int:
     # file: the terminal shows the report alone; an error still reaches it on the way out.
     with stderr_to(log):
         defs = load_definitions()
+        instance = dg.DagsterInstance.get()
         # Resolved as a run resolves them (dg.EnvVar settings read now), because the
         # report below also reads the tables directly.
-        with dg.build_resources(defs.resources) as built:
+        with (
+            dg.build_resources(defs.resources) as built,
+            attach_or_start(PROJECT_ROOT, instance, log=home.parent / "dagster-dev.log") as dagster,
+        ):
             resources = {name: getattr(built, name) for name in defs.resources}
-            return run_demo(defs, resources, started, home.parent / "demo-checksums.json")
+            try:
+                return run_demo(
+                    defs, resources, dagster, started, home.parent / "demo-checksums.json"
+                )
+            except DemoError as error:
+                print(f"\nThe demo stopped: {error}")
+                return 1
 
 
-def run_demo(defs: dg.Definitions, resources: dict, started: float, checksums_file: Path) -> int:
+def run_demo(
+    defs: dg.Definitions,
+    resources: dict,
+    dagster: Dagster,
+    started: float,
+    checksums_file: Path,
+) -> int:
     lakehouse, landing = resources["lakehouse"], resources["landing"]
-    instance = dg.DagsterInstance.get()
+    instance = dagster.instance
     landing_root = Path(landing.root)
     print(f"Dagster instance: {os.environ.get('DAGSTER_HOME')}")
+    if dagster.started:
+        print(f"Dagster:          {dagster.url} (`dagster dev` started for the demo)")
+    else:
+        print(f"Dagster:          {dagster.url} (the `make dev` already up does the work)")
     print(f"Landing zone:     {landing_root}")
     print(f"Lakehouse:        {lakehouse.root} (engine {lakehouse.engine})\n")
 
+    sensor = [visits_late_files.name]
+    since = time.time()
     files = write_initial_files(landing_root)
     weeks = sorted({week_start(d) for d in DAYS})
     print(f"1. Landed {files} visit files for {len(DAYS)} days ({DAYS[0]} .. {DAYS[-1]}),")
-    print("   three of them delivered twice. Backfilling every day and week ...")
-    tags = {"demo/stage": "initial-load"}
-    load_started = time.monotonic()
-    days, mondays = [d.isoformat() for d in DAYS], [m.isoformat() for m in weeks]
-    materialize(defs, "visits_daily_job", days, resources, instance, tags)
-    materialize(defs, "visits_weekly_job", mondays, resources, instance, tags)
-    print(
-        f"   {len(DAYS)} daily and {len(weeks)} weekly partitions materialized in two runs "
-        f"(one per asset, single-run backfills) in {time.monotonic() - load_started:.0f} s.\n"
-    )
+    print(f"   three of them delivered twice. The {sensor[0]} sensor finds the new days ...")
+    launched = dagster.settle(sensor, since)
+    print(f"   It launched {len(launched)} run(s) in {time.time() - since:.0f} s:")
+    for run in launched:
+        print(f"   {run.job_name:<18} {run.partition_key:<22} {run.tags['visits/trigger']}")
+    print("   (adjacent days, and weeks, go in one range run); its next tick asked for nothing.\n")
 
-    sensor_resources = {"landing": landing, "lakehouse": lakehouse}
-    baseline = evaluate_tick(visits_late_files, instance, None, sensor_resources)
-    print(f"2. Sensor tick on unchanged files: {len(baseline.run_requests)} runs requested.\n")
-
+    since = time.time()
     late = write_late_files(landing_root)
     print(
-        "3. Late delivery: " + ", ".join(Path(p).relative_to(landing_root).as_posix() for p in late)
+        "2. Late delivery: " + ", ".join(Path(p).relative_to(landing_root).as_posix() for p in late)
     )
     print("   (plus one unchanged file re-notified)")
-    tick = evaluate_tick(visits_late_files, instance, baseline.cursor, sensor_resources)
-    print(f"   Sensor requested {len(tick.run_requests)} runs:\n")
+    launched = dagster.settle(sensor, since)
+    print(f"   The sensor launched {len(launched)} runs:\n")
     print(f"   {'asset':<14} {'partition':<11} {'rows':>6} {'delta v':>7}  why")
-    for request in tick.run_requests:
-        tags = {**request.tags, "dagster/run_key": request.run_key, "demo/stage": "late-files"}
-        [metadata] = materialize(
-            defs, request.job_name, [request.partition_key], resources, instance, tags
-        )
-        # A day whose input is already committed is skipped (Transactional Writer).
-        version = metadata["delta_version"].value if "delta_version" in metadata else "skip"
-        print(
-            f"   {JOB_ASSETS[request.job_name]:<14} {request.partition_key:<11} "
-            f"{metadata['rows_inserted'].value:>6} {version:>7}  "
-            f"changed: {request.tags['visits/changed_files']}"
-        )
-    settled = evaluate_tick(visits_late_files, instance, tick.cursor, sensor_resources)
-    print(f"\n   Next sensor tick: {len(settled.run_requests)} runs requested.\n")
+    for run in launched:
+        asset = JOB_ASSETS[run.job_name]
+        for partition, metadata in materializations(instance, asset, run.run_id):
+            # A day whose input is already committed is skipped (Transactional Writer).
+            version = metadata["delta_version"].value if "delta_version" in metadata else "skip"
+            print(
+                f"   {asset:<14} {partition:<11} {metadata['rows_inserted'].value:>6} "
+                f"{version:>7}  changed: {run.tags['visits/changed_files']}"
+            )
+    print("\n   The sensor's next tick asked for nothing.\n")
 
     spark = resources["spark"].session()
     daily = lakehouse.read_arrow(VISITS_DAILY).to_pylist()
@@ -134,7 +142,7 @@ def run_demo(defs: dg.Definitions, resources: dict, started: float, checksums_fi
 
     exposed = content(read_visits(lakehouse, spark).toArrow().to_pylist())
     per_week = Counter(week_start(r[2].date()) for r in exposed)
-    print("4. Tables now:")
+    print("3. Tables now:")
     print(
         f"   {'week':<11} {'weekly rows':>11} {'daily rows':>10}  daily partitions (rows @ version)"
     )
@@ -156,10 +164,10 @@ def run_demo(defs: dg.Definitions, resources: dict, started: float, checksums_fi
     checksums = {
         "visits_daily": checksum(daily_rows) if same else "MISMATCH",
         "visits (weekly exposition)": checksum(exposed) if same else "MISMATCH",
-        **telemetry.run(defs, resources, instance),
-        **updates.run(defs, resources, instance),
+        **telemetry.run(dagster, resources),
+        **updates.run(dagster, resources),
         **database.run(defs, resources, instance, DAYS),
-        **warehouse.run(defs, resources, instance),
+        **warehouse.run(dagster, resources),
     }
     correct = "MISMATCH" not in checksums.values()
     print(compare_with_previous(checksums_file, checksums))

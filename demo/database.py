@@ -76,7 +76,7 @@ def run_payments(defs, resources, instance) -> dict[str, str]:
     _write(landing_root, PAYMENT_DAYS[1], "batch-1.redelivered.jsonl", replay)
     days = [d.isoformat() for d in PAYMENT_DAYS]
     print(
-        f"7. Payments: {sum(map(len, delivered.values()))} payments over {len(days)} days "
+        f"6. Payments: {sum(map(len, delivered.values()))} payments over {len(days)} days "
         f"({days[0]} .. {days[-1]}), day two delivered twice."
     )
     tags = {"demo/stage": "payments"}
@@ -168,7 +168,7 @@ def run_sessions(defs, resources, instance, visit_days: list[dt.date]) -> dict[s
     content = {_session_row(s) for s in stored}
     same = got == want
     print(
-        f"8. Sessions: user_sessions for {days[0]} .. {days[-1]}, one run a day: "
+        f"7. Sessions: user_sessions for {days[0]} .. {days[-1]}, one run a day: "
         f"{len(stored)} sessions; equal to sessions cut from visits_daily here "
         f"({gap.seconds // 60}-minute gap): {'yes' if same else 'NO'}; content checksum "
         f"{checksum(content)}\n"
@@ -197,7 +197,7 @@ def run_snapshot(defs, resources, instance) -> dict[str, str]:
     )
     same = snapshot == catalog
     print(
-        f"9. Snapshot: {current.snapshot} (write-once, behind device_snapshot_manifest): "
+        f"8. Snapshot: {current.snapshot} (write-once, behind device_snapshot_manifest): "
         f"{len(snapshot)} rows, equal to device_catalog: {'yes' if same else 'NO'}; content "
         f"checksum {checksum(snapshot)}\n"
     )

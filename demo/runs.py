@@ -1,13 +1,12 @@
-"""Runs the demo launches: of the platform's own jobs, so they show in the UI under the
-job's name (timeline, job pages) like any run the sensors or a user launch."""
+"""Runs the demo launches itself (sources no sensor watches): of the platform's own jobs,
+so they show in the UI under the job's name (timeline, job pages) like any run the
+sensors or a user launch; and what a run materialized, read back from the instance."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 import dagster as dg
-
-from sensors.ticks import evaluate_tick
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -40,44 +39,13 @@ def run_job(
     )
 
 
-@dataclass(frozen=True)
-class Launched:
-    job_name: str
-    partition_key: str
-    """The run's partition, or its range as `first..last`."""
-    tags: dict[str, str]
-
-
-def settle(
-    sensor: dg.SensorDefinition,
-    defs: dg.Definitions,
-    *,
-    resources: dict,
-    instance: dg.DagsterInstance,
-    cursor: str | None,
-    tags: dict[str, str],
-    job_name: str | None = None,
-) -> tuple[str | None, list[Launched]]:
-    """Ticks of `sensor`, each followed by the runs it asked for (of `job_name`, for a
-    sensor whose requests name none), until a tick asks for none. Returns the cursor and
-    the runs, in order."""
-    sensor_resources = {"landing": resources["landing"], "lakehouse": resources["lakehouse"]}
-    launched: list[Launched] = []
-    while True:
-        tick = evaluate_tick(sensor, instance, cursor, sensor_resources)
-        cursor = tick.cursor if tick.cursor is not None else cursor
-        if not tick.run_requests:
-            return cursor, launched
-        for request in tick.run_requests:
-            job = request.job_name or job_name
-            span = request.partition_key_range
-            partitions = [request.partition_key] if span is None else [span.start, span.end]
-            run_job(
-                defs,
-                job,
-                partitions,
-                resources=resources,
-                instance=instance,
-                tags={**request.tags, **tags, "dagster/run_key": request.run_key},
-            )
-            launched.append(Launched(job, "..".join(dict.fromkeys(partitions)), dict(request.tags)))
+def materializations(
+    instance: dg.DagsterInstance, asset: str, run_id: str
+) -> list[tuple[str, Mapping[str, dg.MetadataValue]]]:
+    """(partition, metadata) of each materialization of `asset` by the run, in order."""
+    records = instance.fetch_materializations(dg.AssetKey(asset), limit=1000).records
+    return [
+        (record.partition_key or "", record.asset_materialization.metadata)
+        for record in reversed(records)
+        if record.run_id == run_id
+    ]

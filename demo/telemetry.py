@@ -1,22 +1,21 @@
 """The telemetry part of the demo: three tools' report files land shuffled, one twice, some
-late, one grown by an append; the sensor asks for runs of only the dirty subjects, and the
+late, one grown by an append; the sensor launches runs of only the dirty subjects, and the
 running totals come out equal to sums taken here, straight from the generated rows."""
 
 from __future__ import annotations
 
 import datetime as dt
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import dagster as dg
-
 from assets.telemetry import control
-from assets.telemetry.pipeline import telemetry_job
+from demo.dagster_dev import Dagster
 from demo.report import checksum
-from demo.runs import run_job
+from demo.runs import materializations
 from sensors import telemetry_files
-from sensors.ticks import evaluate_tick
 
 SUBJECTS = ["Tool01", "Tool02", 'Line 3 "north"']  # a folder name with a space and quotes
 FILES_PER_SUBJECT, ROWS_PER_FILE = 12, 240
@@ -56,53 +55,28 @@ def _write(landing_root: Path, report: Report, lines: int | None = None) -> None
     path.write_bytes(HEADER + b"".join(report.lines[:lines]))
 
 
-TELEMETRY_JOB = telemetry_job.name
+def land_and_settle(dagster: Dagster, write: Callable[[], None]) -> None:
+    """Lands files with `write`, lets the sensor launch its runs, and reports them."""
+    since = time.time()
+    write()
+    runs = dagster.settle([telemetry_files.name], since)
+    print(f"   The sensor launched {len(runs)} runs (one per dirty subject):")
+    for run in runs:
+        meta = {
+            asset: dict(materializations(dagster.instance, asset, run.run_id))[run.partition_key]
+            for asset in (control.RAW, control.TOTALS)
+        }
+        raw, totals = meta[control.RAW], meta[control.TOTALS]
+        changes = raw["changes"].value
+        kinds = ", ".join(sorted(set(changes.values())))
+        print(
+            f"   {run.partition_key:<16} {len(changes):>2} file changes ({kinds}),"
+            f" totals {totals['regime'].value}: {totals['rows_recomputed'].value} rows"
+            f" recomputed, {totals['rows_replaced'].value} replaced"
+        )
 
 
-class Telemetry:
-    def __init__(self, defs: dg.Definitions, resources: dict, instance: dg.DagsterInstance) -> None:
-        self.defs = defs
-        self.resources = resources
-        self.instance = instance
-        self.landing_root = Path(resources["landing"].root)
-        self.cursor: str | None = None
-
-    def tick(self) -> list[dg.RunRequest]:
-        result = evaluate_tick(telemetry_files, self.instance, self.cursor, self.resources)
-        self.cursor = result.cursor
-        return list(result.run_requests)
-
-    def run_requested(self) -> None:
-        requests = self.tick()
-        print(f"   Sensor requested {len(requests)} runs (one per dirty subject):")
-        for request in requests:
-            result = run_job(
-                self.defs,
-                TELEMETRY_JOB,
-                [request.partition_key],
-                resources=self.resources,
-                instance=self.instance,
-                tags={
-                    **request.tags,
-                    "dagster/run_key": request.run_key,
-                    "demo/stage": "telemetry",
-                },
-            )
-            meta = {
-                event.asset_key.to_user_string(): event.materialization.metadata
-                for event in result.get_asset_materialization_events()
-            }
-            raw, totals = meta["telemetry_raw"], meta["telemetry_running_totals"]
-            changes = raw["changes"].value
-            kinds = ", ".join(sorted(set(changes.values())))
-            print(
-                f"   {request.partition_key:<16} {len(changes):>2} file changes ({kinds}),"
-                f" totals {totals['regime'].value}: {totals['rows_recomputed'].value} rows"
-                f" recomputed, {totals['rows_replaced'].value} replaced"
-            )
-
-
-def run(defs: dg.Definitions, resources: dict, instance: dg.DagsterInstance) -> dict[str, str]:
+def run(dagster: Dagster, resources: dict) -> dict[str, str]:
     """Prints its part of the report; returns the running totals' content checksum (or
     "MISMATCH" when they differ from the sums taken here)."""
     rng = random.Random(11)
@@ -111,26 +85,32 @@ def run(defs: dg.Definitions, resources: dict, instance: dg.DagsterInstance) -> 
     grown = next(r for r in reports if r.subject == "Tool01" and r.index == FILES_PER_SUBJECT - 1)
     first_wave = [r for r in reports if r not in stragglers]
     random.Random(12).shuffle(first_wave)
-    telemetry = Telemetry(defs, resources, instance)
+    landing_root = Path(resources["landing"].root)
     lakehouse = resources["lakehouse"]
 
     print(
-        f"5. Telemetry: {len(reports)} report files of {ROWS_PER_FILE} rows for {len(SUBJECTS)} "
+        f"4. Telemetry: {len(reports)} report files of {ROWS_PER_FILE} rows for {len(SUBJECTS)} "
         "tools. First wave: shuffled,"
     )
     print(f"   {len(stragglers)} held back, {grown.path} half written.")
-    for report in first_wave:
-        _write(telemetry.landing_root, report, ROWS_PER_FILE // 2 if report is grown else None)
-    telemetry.run_requested()
+
+    def first() -> None:
+        for report in first_wave:
+            _write(landing_root, report, ROWS_PER_FILE // 2 if report is grown else None)
+
+    land_and_settle(dagster, first)
 
     print(f"\n   Second wave: {len(stragglers)} late files (hours 8 and 20), the rest of")
     print(f"   {grown.path} appended, and {first_wave[0].path} delivered again.")
-    for report in stragglers:
-        _write(telemetry.landing_root, report)
-    _write(telemetry.landing_root, grown)
-    _write(telemetry.landing_root, first_wave[0])  # the same bytes again: no work
-    telemetry.run_requested()
-    print(f"   Next sensor tick: {len(telemetry.tick())} runs requested.\n")
+
+    def second() -> None:
+        for report in stragglers:
+            _write(landing_root, report)
+        _write(landing_root, grown)
+        _write(landing_root, first_wave[0])  # the same bytes again: no work
+
+    land_and_settle(dagster, second)
+    print("   The sensor's next tick asked for nothing.\n")
 
     totals = lakehouse.read_arrow(control.TOTALS).to_pylist()
     exact = True

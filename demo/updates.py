@@ -1,5 +1,5 @@
 """The updates part of the demo: daily change files for `devices` (Merger) and
-`device_catalog` (Stateful Merger) land, the `change_files` sensor asks for their days
+`device_catalog` (Stateful Merger) land, the `change_files` sensor launches their days
 (the catalog's as one run that merges them in order), and a corrected catalog day
 delivered late makes the catalog restore to the day before and merge it and the days
 after it again, in one run. Both tables come out equal to the changes folded here in
@@ -11,9 +11,8 @@ import datetime as dt
 import json
 import random
 import shutil
+import time
 from pathlib import Path
-
-import dagster as dg
 
 from assets.updates.change_files import (
     CATALOG_COLUMNS,
@@ -21,8 +20,8 @@ from assets.updates.change_files import (
     device_catalog_path,
     devices_cdc_path,
 )
+from demo.dagster_dev import Dagster, Launched
 from demo.report import checksum
-from demo.runs import settle
 from sensors import change_files
 
 FIRST_DAY = dt.date(2025, 1, 6)
@@ -99,49 +98,35 @@ def _table(lakehouse, table: str, columns: tuple[str, ...]) -> set[tuple[str, ..
     return {tuple(row[c] for c in columns) for row in lakehouse.read_arrow(table).to_pylist()}
 
 
-def run(defs: dg.Definitions, resources: dict, instance: dg.DagsterInstance) -> dict[str, str]:
+def show(launched: list[Launched], what: str) -> None:
+    print(f"   change_files sensor launched {len(launched)} run(s) ({what}):")
+    for run in launched:
+        print(f"   {run.job_name:<19} {run.partition_key:<23} {run.tags['updates/trigger']}")
+
+
+def run(dagster: Dagster, resources: dict) -> dict[str, str]:
     """Prints its part of the report; returns each table's content checksum (or "MISMATCH")."""
     landing_root, lakehouse = Path(resources["landing"].root), resources["lakehouse"]
-    for folder in ("devices_cdc", "device_catalog"):
-        shutil.rmtree(landing_root / folder, ignore_errors=True)
+    sensor = [change_files.name]
     rng = random.Random(11)
     cdc = {day: _cdc_day(day, rng) for day in DAYS}
     catalog = {day: _catalog_day(day, rng) for day in DAYS}
+    since = time.time()
+    for folder in ("devices_cdc", "device_catalog"):
+        shutil.rmtree(landing_root / folder, ignore_errors=True)
     for day in DAYS:
         _write_cdc(landing_root, day, cdc[day])
         _write_catalog(landing_root, day, catalog[day])
     print(
-        f"6. Updates: {len(DAYS)} days of devices_cdc/*.csv and device_catalog/*.jsonl "
+        f"5. Updates: {len(DAYS)} days of devices_cdc/*.csv and device_catalog/*.jsonl "
         f"({DAYS[0]} .. {DAYS[-1]})."
     )
-    cursor, launched = settle(
-        change_files,
-        defs,
-        resources=resources,
-        instance=instance,
-        cursor=None,
-        tags={"demo/stage": "updates"},
-    )
-    devices_runs = [r for r in launched if r.job_name == "devices_job"]
-    catalog_runs = [r.partition_key for r in launched if r.job_name == "device_catalog_job"]
-    print(
-        f"   change_files sensor: {len(devices_runs)} devices runs, "
-        f"{len(catalog_runs)} device_catalog run(s), each a range merged day by day in order "
-        f"({', '.join(catalog_runs) or 'none: all committed'})."
-    )
+    show(dagster.settle(sensor, since), "each a range merged day by day in date order")
     catalog[CORRECTED] = _catalog_day(CORRECTED, random.Random(99), corrected=True)
+    since = time.time()
     _write_catalog(landing_root, CORRECTED, catalog[CORRECTED])
     print(f"   A corrected {device_catalog_path(CORRECTED)} lands late ...")
-    cursor, launched = settle(
-        change_files,
-        defs,
-        resources=resources,
-        instance=instance,
-        cursor=cursor,
-        tags={"demo/stage": "correction"},
-    )
-    for run in launched:
-        print(f"   {run.job_name:<19} {run.partition_key}  {run.tags.get('updates/trigger', '')}")
+    show(dagster.settle(sensor, since), "restores the day before, merges it and the days after")
     checksums = {}
     for table, got, want in (
         ("devices", _table(lakehouse, "devices", DEVICE_COLUMNS), expected_devices(cdc)),

@@ -1,8 +1,9 @@
-"""The warehouse part of the demo, both driven by their sensors:
+"""The warehouse part of the demo, both driven by their sensors in `dagster dev`:
 
-- event batches land out of order, one of them twice under another name, with newer and
-  older versions of events and deletions; each is staged, audited and published into
-  `user_events` (write-audit-publish), which must keep each event's newest version;
+- event batches land out of order and at once (their runs go side by side), one of them
+  twice under another name, with newer and older versions of events and deletions; each
+  is staged, audited and published into `user_events` (write-audit-publish), which must
+  keep each event's newest version;
 - enriched run directories are registered once finished (`_SUCCESS`), staged and loaded
   through the load manifest; one still being written waits until it is done.
 """
@@ -13,17 +14,16 @@ import datetime as dt
 import json
 import random
 import shutil
+import time
 from collections import Counter
 from pathlib import Path
-
-import dagster as dg
 
 from assets.warehouse import enriched_runs
 from assets.warehouse.manifest import load_manifest
 from assets.warehouse.manifest.enriched import SUCCESS, run_folder
 from assets.warehouse.manifest.loader import DEFAULT_EVENT_TABLES, warehouse_table
+from demo.dagster_dev import Dagster
 from demo.report import checksum
-from demo.runs import settle
 from sensors import enriched_run_directories, event_batch_files
 
 T0 = dt.datetime(2025, 1, 20, 9, tzinfo=dt.UTC)
@@ -86,11 +86,12 @@ def expected_events(batches: dict[str, list[dict]]) -> set[tuple]:
     }
 
 
-def run_events(defs, resources, instance) -> dict[str, str]:
+def run_events(dagster: Dagster, resources: dict) -> dict[str, str]:
     landing_root, lakehouse = Path(resources["landing"].root), resources["lakehouse"]
+    batches = _batches(random.Random(31))
+    since = time.time()
     shutil.rmtree(landing_root / "events", ignore_errors=True)
     (landing_root / "events").mkdir(parents=True)
-    batches = _batches(random.Random(31))
 
     def land(batch_id: str, rows: list[dict]) -> None:
         path = landing_root / "events" / f"{batch_id}.jsonl"
@@ -98,33 +99,24 @@ def run_events(defs, resources, instance) -> dict[str, str]:
 
     names = list(batches)
     print(
-        f"10. Event batches: {sum(map(len, batches.values()))} events in {len(names)} batches "
+        f"9. Event batches: {sum(map(len, batches.values()))} events in {len(names)} batches "
         "(first versions; newer versions and deletions; stale versions), landing last first,"
     )
     print("    and the first batch again under another name.")
-    cursor, runs = None, 0
     for batch_id, rows in [
         *((b, batches[b]) for b in reversed(names)),
         (f"{names[0]}-redelivered", batches[names[0]]),
     ]:
         land(batch_id, rows)
-        cursor, launched = settle(
-            event_batch_files,
-            defs,
-            resources=resources,
-            instance=instance,
-            cursor=cursor,
-            tags={"demo/stage": "event-batches"},
-            job_name="event_batch",
-        )
-        runs += len(launched)
+    runs = len(dagster.settle([event_batch_files.name], since))
     stored = lakehouse.read_arrow(
         "user_events", columns=["event_id", "user_id", "event_timestamp", "is_deleted"]
     ).to_pylist()
     got = {tuple(r.values()) for r in stored}
     same = got == expected_events(batches) and len(stored) == len(got)
     print(
-        f"    event_batch_files sensor: {runs} runs (stage, audit, publish). user_events: "
+        f"    event_batch_files sensor launched {runs} runs (stage, audit, publish), side by "
+        f"side in whatever order they finish. user_events: "
         f"{len(stored)} events, {sum(r['is_deleted'] for r in stored)} deleted; each at its "
         f"newest version: {'yes' if same else 'NO'}; content checksum {checksum(got)}\n"
     )
@@ -159,36 +151,30 @@ def _write_run(landing_root: Path, run_id: str, rng: random.Random, *, done: boo
     return kinds
 
 
-def run_enriched(defs, resources, instance) -> dict[str, str]:
+def run_enriched(dagster: Dagster, resources: dict) -> dict[str, str]:
     landing_root, lakehouse = Path(resources["landing"].root), resources["lakehouse"]
-    shutil.rmtree(landing_root / "enriched", ignore_errors=True)
+    instance = dagster.instance
+    sensor = [enriched_run_directories.name]
     rng = random.Random(41)
     expected: Counter = Counter()
+    since = time.time()
+    shutil.rmtree(landing_root / "enriched", ignore_errors=True)
     for index, run_id in enumerate(ENRICHED_RUNS):
         expected += _write_run(landing_root, run_id, rng, done=index < 2)
     print(
-        f"11. Enriched runs: {len(ENRICHED_RUNS)} run directories, the last still being "
+        f"10. Enriched runs: {len(ENRICHED_RUNS)} run directories, the last still being "
         "written (no _SUCCESS yet)."
     )
     known = set(instance.get_dynamic_partitions(enriched_runs.name)) & set(ENRICHED_RUNS)
-
-    def registered_and_loaded() -> int:
-        _, launched = settle(
-            enriched_run_directories,
-            defs,
-            resources=resources,
-            instance=instance,
-            cursor=None,
-            tags={"demo/stage": "enriched-runs"},
-            job_name="enriched_run",
-        )
-        return len(launched)
-
-    runs = registered_and_loaded()
+    runs = len(dagster.settle(sensor, since))
     earlier = f" ({len(known)} registered by an earlier demo)" if known else ""
-    print(f"    enriched_run_directories sensor: {runs} runs; the unfinished one waits{earlier}.")
+    print(
+        f"    enriched_run_directories sensor launched {runs} runs; the unfinished one "
+        f"waits{earlier}."
+    )
+    since = time.time()
     (landing_root / run_folder(ENRICHED_RUNS[-1]) / SUCCESS).write_text("")
-    print(f"    Its _SUCCESS lands: {registered_and_loaded()} more run(s).")
+    print(f"    Its _SUCCESS lands: {len(dagster.settle(sensor, since))} more run(s).")
     states = Counter(r.state for r in load_manifest.read(lakehouse, ENRICHED_RUNS).values())
     loaded = {
         kind: lakehouse.count(warehouse_table(kind), where=None)
@@ -213,10 +199,10 @@ def run_enriched(defs, resources, instance) -> dict[str, str]:
     return {"warehouse events": checksum(content) if same else "MISMATCH"}
 
 
-def run(defs: dg.Definitions, resources: dict, instance: dg.DagsterInstance) -> dict[str, str]:
+def run(dagster: Dagster, resources: dict) -> dict[str, str]:
     """Prints its part of the report; returns each table's content checksum (or
     "MISMATCH")."""
     return {
-        **run_events(defs, resources, instance),
-        **run_enriched(defs, resources, instance),
+        **run_events(dagster, resources),
+        **run_enriched(dagster, resources),
     }

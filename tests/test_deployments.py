@@ -1,7 +1,9 @@
 """The demo's pipelines, unchanged, on the deployments a user grows into: a Spark
 standalone cluster with the delta-spark engine, an S3 object store with each engine, and
 a long-lived Spark (Spark Connect) writing to the object store.
-Each prints the same content checksums and telemetry totals as the embedded default.
+Each prints the same content checksums and telemetry totals as the embedded default, which
+runs beside a `dagster dev` already up on its instance, as `make demo` beside `make dev`:
+the demo hands its files to that one's sensors, and no work is done twice.
 
 Slow: every deployment runs the whole demo in its own process (`make test-slow`)."""
 
@@ -18,44 +20,81 @@ from pathlib import Path
 import pytest
 import servers
 
+from demo.dagster_dev import dagster_dev, graphql
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 # Each test runs the whole demo in a process of its own (a few minutes on 2 cores).
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 # Report lines that state what the tables hold (not versions, run ids or timings).
+RUNS = "query { runsOrError { ... on Runs { results { status tags { key value } } } } }"
 _RESULT_LINE = re.compile(r"content checksum|Running totals exact|^\s+\S.*\d+/\d+/\d+")
 
 
-def run_demo(workdir: Path, **env: str) -> list[str]:
-    """`python -m demo` (what `make demo` runs) on a fresh instance; its result lines."""
+def demo_environment(workdir: Path, **env: str) -> dict[str, str]:
+    """A fresh instance, lakehouse and landing zone under `workdir`."""
     home = workdir / "dagster"
     home.mkdir(parents=True)
     shutil.copy(PROJECT_ROOT / "platform" / "dagster.yaml", home / "dagster.yaml")
-    environment = {
+    return {
         **os.environ,
         "DAGSTER_HOME": str(home),
         "LAKEHOUSE_ROOT": str(workdir / "lakehouse"),
         "LANDING_ROOT": str(workdir / "landing"),
         **env,
     }
+
+
+def run_demo(workdir: Path, *, environment: dict[str, str] | None = None, **env: str) -> str:
+    """`python -m demo` (what `make demo` runs), on a fresh instance unless given one's
+    environment; its report."""
     done = subprocess.run(
         [sys.executable, "-u", "-m", "demo"],
         cwd=PROJECT_ROOT,
-        env=environment,
+        env=environment or demo_environment(workdir, **env),
         capture_output=True,
         text=True,
-        timeout=1800,
+        timeout=3600,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    lines = [line.strip() for line in done.stdout.splitlines() if _RESULT_LINE.search(line)]
-    assert any("content checksum" in line for line in lines), done.stdout[-4000:]
+    return done.stdout
+
+
+def results(report: str) -> list[str]:
+    lines = [line.strip() for line in report.splitlines() if _RESULT_LINE.search(line)]
+    assert any("content checksum" in line for line in lines), report[-4000:]
     return lines
 
 
 @pytest.fixture(scope="module")
 def embedded_default(tmp_path_factory) -> list[str]:
-    return run_demo(tmp_path_factory.mktemp("embedded"))
+    """The demo beside a `dagster dev` already up on its instance (`make dev`)."""
+    workdir = tmp_path_factory.mktemp("embedded")
+    environment = demo_environment(workdir)
+    log = workdir / "dev.log"
+    with dagster_dev(PROJECT_ROOT, environment=environment, log=log) as url:
+        report = run_demo(workdir, environment={**environment, "DAGSTER_WEBSERVER_URL": url})
+        assert f"Dagster:          {url} (the `make dev` already up does the work)" in report
+        runs = graphql(url, RUNS)["runsOrError"]["results"]
+    tags = [{tag["key"]: tag["value"] for tag in run["tags"]} for run in runs]
+    # Every run the sensors launched, launched once: the demo ran none of their work.
+    keys = [run_tags["dagster/run_key"] for run_tags in tags if "dagster/run_key" in run_tags]
+    assert len(keys) == len(set(keys)) > 10
+    by_sensor = [
+        (run["status"], run_tags["dagster/sensor_name"])
+        for run, run_tags in zip(runs, tags, strict=True)
+        if "dagster/sensor_name" in run_tags
+    ]
+    assert {sensor for _, sensor in by_sensor} == {
+        "visits_late_files",
+        "telemetry_files",
+        "change_files",
+        "event_batch_files",
+        "enriched_run_directories",
+    }
+    assert {status for status, _ in by_sensor} == {"SUCCESS"}
+    return results(report)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +111,7 @@ def test_the_demo_on_a_standalone_cluster_matches_the_embedded_default(
     on_cluster = run_demo(
         tmp_path, SPARK_MASTER=cluster["SPARK_MASTER"], LAKEHOUSE_ENGINE="delta-spark"
     )
-    assert on_cluster == embedded_default
+    assert results(on_cluster) == embedded_default
 
 
 @pytest.mark.parametrize("engine", ["delta-rs", "delta-spark"])
@@ -87,7 +126,7 @@ def test_the_demo_on_an_object_store_matches_the_embedded_default(
         LAKEHOUSE_ENGINE=engine,
         **servers.s3_environment(s3_endpoint),
     )
-    assert on_s3 == embedded_default
+    assert results(on_s3) == embedded_default
 
 
 def test_the_demo_through_spark_connect_on_an_object_store_matches_the_embedded_default(
@@ -106,4 +145,4 @@ def test_the_demo_through_spark_connect_on_an_object_store_matches_the_embedded_
             SPARK_REMOTE=exports["SPARK_REMOTE"],
             **s3,
         )
-    assert through_connect == embedded_default
+    assert results(through_connect) == embedded_default

@@ -10,18 +10,16 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 
+from demo.dagster_dev import dagster_dev as start_dagster_dev
 from demo.generate import DAYS, write_initial_files
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -30,12 +28,6 @@ CHROMIUM = "/usr/bin/chromium"
 FIRST, LAST = DAYS[0].isoformat(), DAYS[2].isoformat()
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -72,39 +64,12 @@ def environment(tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def dagster_dev(environment) -> str:
-    """`dagster dev` in its own process group, stopped by its pid whatever happens."""
-    port = free_port()
-    log = (Path(environment["DAGSTER_HOME"]) / "dev.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml"]
-        + ["-h", "127.0.0.1", "-p", str(port)],
-        cwd=PROJECT_ROOT,
-        env=environment,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/server_info", timeout=2)
-                break
-            except OSError:
-                assert server.poll() is None, "dagster dev exited"
-                assert time.monotonic() < deadline, "dagster dev did not answer in 180 s"
-                time.sleep(1)
+def dagster_dev(environment) -> Iterator[str]:
+    """`dagster dev` as the demo starts it: its own process group, stopped by its pid
+    whatever happens."""
+    log = Path(environment["DAGSTER_HOME"]) / "dev.log"
+    with start_dagster_dev(PROJECT_ROOT, environment=environment, log=log) as url:
         yield url
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
 
 
 @pytest.fixture(scope="module")
