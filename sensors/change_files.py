@@ -5,7 +5,8 @@
 Like the visits sensor it never starts Spark, hashes only files whose size or mtime moved,
 and compares a day's file digest with the digest the day's latest materialization
 recorded: a day never materialized, or whose file changed, is dirty. Run keys carry the
-digest, so a re-notified unchanged file launches nothing.
+digest and the materialization they replace, so a re-notified unchanged file launches
+nothing and a file changed back to an earlier content runs again.
 
 `devices` (the Merger) applies days in the order it merges them: each stretch of
 consecutive dirty days is one run that merges them oldest first, and `devices_job` runs
@@ -20,6 +21,7 @@ the chain runs once.
 """
 
 import datetime as dt
+import hashlib
 from dataclasses import dataclass
 
 import dagster as dg
@@ -70,6 +72,17 @@ class DayState:
     @property
     def dirty(self) -> bool:
         return self.recorded != self.digest
+
+    @property
+    def replaces(self) -> int:
+        """The materialization a run of this day replaces, for run keys: with it, a file
+        that goes back to content built before (A, B, then A again) gets a run of its own,
+        where a key of the digest alone would be one Dagster already used, and skips."""
+        return self.materialized_at or 0
+
+
+def _short(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _states(
@@ -131,10 +144,11 @@ def devices_requests(source: ChangeSource, states: dict[dt.date, DayState]) -> l
         first, last = days[0], days[-1]
         trigger = "new-partition" if states[first].recorded is None else "changed-file"
         if first == last:
-            key = f"devices:{first}:{states[first].digest[:20]}"
+            key = f"devices:{first}:{states[first].digest[:20]}:{states[first].replaces}"
         else:
             inputs = sources_digest(states[d].file for d in days)
-            key = f"devices:{first}..{last}:{inputs[:20]}"
+            replaced = ",".join(str(states[d].replaces) for d in days)
+            key = f"devices:{first}..{last}:{inputs[:20]}:{_short(replaced)}"
         requests.append(_request(source, first, key, trigger, last=last))
     return requests
 
@@ -170,7 +184,8 @@ def catalog_request(source: ChangeSource, states: dict[dt.date, DayState]) -> li
             last += dt.timedelta(days=1)
         after = previous.materialized_at if previous else 0
         inputs = sources_digest(states[d].file for d in days if day <= d <= last)
-        key = f"device_catalog:{day}..{last}:{inputs[:20]}:{after}"
+        replaced = ",".join(str(states[d].replaces) for d in days if day <= d <= last)
+        key = f"device_catalog:{day}..{last}:{inputs[:20]}:{after}:{_short(replaced)}"
         return [_request(source, day, key, trigger, last=last)]
     return []
 

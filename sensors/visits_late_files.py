@@ -47,12 +47,23 @@ class DirtyPartition:
     partition_key: str
     digest: str
     changed_files: tuple[str, ...]
-    new: bool
-    """Never materialized before."""
+    replaces: int | None
+    """Storage id of the latest materialization, whose result the run replaces (None:
+    never materialized)."""
+
+    @property
+    def new(self) -> bool:
+        return self.replaces is None
 
     @property
     def run_key(self) -> str:
-        return f"{self.asset_key.to_user_string()}:{self.partition_key}:{self.digest[:20]}"
+        """What the run builds (the input's digest) and what it replaces: files that go
+        back to an input built before (A, then B, then A again) get a run of their own,
+        where a key of the digest alone would be one Dagster already used, and skips."""
+        return (
+            f"{self.asset_key.to_user_string()}:{self.partition_key}:{self.digest[:20]}"
+            f":{self.replaces or 0}"
+        )
 
     def follows(self, other: "DirtyPartition") -> bool:
         """Whether this partition comes right after `other`'s and needs the same kind of
@@ -77,7 +88,7 @@ class PartitionRun:
         first, last = self.partitions[0], self.partitions[-1]
         if first is last:
             return first.run_key
-        digest = hashlib.sha256("".join(p.digest for p in self.partitions).encode()).hexdigest()
+        digest = hashlib.sha256("".join(p.run_key for p in self.partitions).encode()).hexdigest()
         asset = first.asset_key.to_user_string()
         return f"{asset}:{first.partition_key}..{last.partition_key}:{digest[:20]}"
 
@@ -137,7 +148,7 @@ def partitions_of(path: str) -> list[tuple[dg.AssetKey, str]]:
 def dirty_partitions(
     changed: Iterable[str],
     current: Mapping[str, Fingerprint],
-    recorded_digest: Callable[[dg.AssetKey, str], str | None],
+    latest: Callable[[dg.AssetKey, str], dg.EventLogRecord | None],
 ) -> list[DirtyPartition]:
     """Partitions touched by `changed` files that were never materialized, or whose input
     now differs from what their latest materialization read."""
@@ -155,15 +166,14 @@ def dirty_partitions(
     for (asset_key, partition_key), paths in sorted(
         touched.items(), key=lambda item: (item[0][0].to_user_string(), item[0][1])
     ):
-        recorded = recorded_digest(asset_key, partition_key)
+        record = latest(asset_key, partition_key)
         digest = sources_digest(inputs[(asset_key, partition_key)])
-        if recorded is None and not inputs[(asset_key, partition_key)]:
+        if record is None and not inputs[(asset_key, partition_key)]:
             continue  # a removed file of a partition never built: nothing to build
-        if digest != recorded:
+        if digest != recorded_source_digest(record):
+            replaces = record.storage_id if record else None
             dirty.append(
-                DirtyPartition(
-                    asset_key, partition_key, digest, tuple(sorted(paths)), recorded is None
-                )
+                DirtyPartition(asset_key, partition_key, digest, tuple(sorted(paths)), replaces)
             )
     return dirty
 
@@ -176,11 +186,11 @@ def not_yet_partitioned(path: str) -> bool:
     )
 
 
-def latest_recorded_digest(
+def latest_materializations(
     instance: dg.DagsterInstance,
-) -> Callable[[dg.AssetKey, str], str | None]:
-    def lookup(asset_key: dg.AssetKey, partition_key: str) -> str | None:
-        return recorded_source_digest(latest_materialization(instance, asset_key, partition_key))
+) -> Callable[[dg.AssetKey, str], dg.EventLogRecord | None]:
+    def lookup(asset_key: dg.AssetKey, partition_key: str) -> dg.EventLogRecord | None:
+        return latest_materialization(instance, asset_key, partition_key)
 
     return lookup
 
@@ -205,10 +215,10 @@ def visits_late_files(
     if unplaced:
         context.log.warning(f"ignoring files outside visits/date=YYYY-MM-DD/: {unplaced[:5]}")
     waiting = {path for path in current if not_yet_partitioned(path)}
-    recorded = latest_recorded_digest(context.instance)
+    latest = latest_materializations(context.instance)
     dirty = [
         partition
-        for partition in dirty_partitions(changed, current, recorded)
+        for partition in dirty_partitions(changed, current, latest)
         if PARTITIONS[partition.asset_key].has_partition_key(partition.partition_key)
     ]
     return dg.SensorResult(

@@ -123,6 +123,21 @@ def test_devices_days_are_merged_in_date_order_whatever_order_they_land(
     ]
 
 
+def test_a_day_changed_back_and_forth_gets_a_run_each_time(resources, instance, landing, land):
+    """A file A, then B, then A again: the third run must not reuse the first one's run
+    key, or Dagster skips it and `devices` keeps B while the file says A."""
+    cursor, keys = None, []
+    for body in (cdc("phone;Pixel;1"), cdc("phone;Pixel 2;1"), cdc("phone;Pixel;1")):
+        land("devices_cdc", DAY1, body)
+        result = tick(instance, landing, cursor)
+        cursor = result.cursor
+        [request] = result.run_requests
+        keys.append(request.run_key)
+        materialize(devices, DAY1, resources, instance)
+    assert len(set(keys)) == 3
+    assert tick(instance, landing, cursor).run_requests == []
+
+
 def test_devices_runs_go_one_at_a_time():
     limits = yaml.safe_load((PROJECT_ROOT / "platform" / "dagster.yaml").read_text())
     [limit] = [

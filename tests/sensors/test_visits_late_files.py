@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -183,3 +184,30 @@ def test_adjacent_days_are_one_range_run_and_the_rest_their_own(
     assert ("visits_daily_job", "2024-05-01..2024-05-10") not in requested(
         tick(instance, landing, result.cursor)
     )
+
+
+def test_files_changed_back_and_forth_get_a_run_each_time(
+    resources, instance, landing, write_visits, materialized
+):
+    """Input A, then B, then A again: the third run must not reuse the first one's run
+    key, or Dagster skips it and the table keeps B while the files say A."""
+    cursor = tick(instance, landing).cursor
+    keys = []
+    for step in range(3):
+        late = Path(landing.root) / "visits" / "date=2024-04-02" / "late.jsonl"
+        if step % 2 == 0:
+            write_visits(
+                DAYS[1], "late.jsonl", [visit("late", dt.datetime(2024, 4, 2, 7, tzinfo=dt.UTC))]
+            )
+        else:
+            late.unlink()
+        result = tick(instance, landing, cursor)
+        cursor = result.cursor
+        [request] = [r for r in result.run_requests if r.job_name == "visits_daily_job"]
+        keys.append(request.run_key)
+        dg.materialize(
+            [visits_daily], partition_key="2024-04-02", resources=resources, instance=instance
+        )
+    assert len(set(keys)) == 3
+    settled = tick(instance, landing, cursor).run_requests
+    assert [r for r in settled if r.job_name == "visits_daily_job"] == []
