@@ -107,7 +107,7 @@ def run_demo(
     )
     print("   (plus one unchanged file re-notified)")
     launched = dagster.settle(sensor, since)
-    print(f"   The sensor launched {len(launched)} runs:\n")
+    print(f"   The sensor launched {len(launched)} run(s):\n")
     print(f"   {'asset':<14} {'partition':<11} {'rows':>6} {'delta v':>7}  why")
     for run in launched:
         asset = JOB_ASSETS[run.job_name]

@@ -60,7 +60,7 @@ def land_and_settle(dagster: Dagster, write: Callable[[], None]) -> None:
     since = time.time()
     write()
     runs = dagster.settle([telemetry_files.name], since)
-    print(f"   The sensor launched {len(runs)} runs (one per dirty subject):")
+    print(f"   The sensor launched {len(runs)} run(s) (one per dirty subject):")
     for run in runs:
         meta = {
             asset: dict(materializations(dagster.instance, asset, run.run_id))[run.partition_key]

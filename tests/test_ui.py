@@ -165,3 +165,16 @@ def test_the_restore_launchpad_shows_its_fields(page, dagster_dev):
     page.wait_for_timeout(1000)
     page.screenshot(path=str(SHOTS / "restore-launchpad-table-version-complete.png"))
     assert page.get_by_role("button", name="Launch Run").is_enabled()
+
+
+def test_the_sensor_shows_its_ticks_and_a_compact_cursor(page, dagster_dev):
+    """The daemon of `dagster dev` ticks the sensors (as it does for the demo's files):
+    each tick is in the sensor's history, with the cursor of a few bytes."""
+    text = visit(
+        page,
+        f"{dagster_dev}/locations/lakehouse/sensors/visits_late_files",
+        "sensor-ticks",
+        "requested",
+    )
+    assert "Materializes new days and weeks of visits" in text
+    assert '{"state_version":' in text
