@@ -198,7 +198,8 @@ def catalog_request(source: ChangeSource, states: dict[dt.date, DayState]) -> li
     "consecutive days as one run, merged in order) and `device_catalog` "
     "(device_catalog/YYYY-MM-DD.jsonl; a changed day and every day after it as one run, "
     "merged in order, since each day builds on the one before). Run keys carry the files' "
-    "digest: an unchanged file never launches a run twice.",
+    "digest and the materializations the run replaces: an unchanged file never launches a "
+    "run twice, a file changed back runs again.",
 )
 def change_files(
     context: dg.SensorEvaluationContext, landing: LandingZone, lakehouse: Lakehouse

@@ -202,7 +202,8 @@ def latest_materializations(
     description="Materializes new days and weeks of visits (visits/date=YYYY-MM-DD/*.jsonl), "
     "and re-materializes only the materialized ones whose files changed (new, rewritten "
     "or removed files); adjacent days (weeks) go in one range run. Hashes only files whose "
-    "size or mtime moved. Run keys carry the files' digest, so nothing runs twice.",
+    "size or mtime moved. Run keys carry the files' digest and the materialization the run "
+    "replaces, so nothing runs twice and files changed back run again.",
 )
 def visits_late_files(
     context: dg.SensorEvaluationContext, landing: LandingZone, lakehouse: Lakehouse
