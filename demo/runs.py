@@ -8,6 +8,8 @@ from collections.abc import Mapping
 
 import dagster as dg
 
+from assets.partition_range import run_partitions
+
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
@@ -23,17 +25,12 @@ def run_job(
 ) -> dg.ExecuteInProcessResult:
     """One run of `job_name` over the partitions from `partitions[0]` to `partitions[-1]`,
     as a backfill of them launches it (its assets have single-run backfill policies)."""
-    if len(partitions) > 1:
-        tags = {
-            **tags,
-            "dagster/asset_partition_range_start": partitions[0],
-            "dagster/asset_partition_range_end": partitions[-1],
-        }
+    partition_key, range_tags = run_partitions(partitions[0], partitions[-1])
     return defs.resolve_job_def(job_name).execute_in_process(
-        partition_key=partitions[0] if len(partitions) == 1 else None,
+        partition_key=partition_key,
         resources=resources,
         instance=instance,
-        tags=tags,
+        tags={**tags, **range_tags},
         run_config=QUIET,
         raise_on_error=raise_on_error,
     )

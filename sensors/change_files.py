@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from assets.materialization import latest_materialization, recorded_source_digest
+from assets.partition_range import run_partitions, stretches
 from assets.updates import device_catalog, device_catalog_job, devices, devices_job
 from resources import Lakehouse, LandingZone
 from resources.landing import Fingerprint, sources_digest
@@ -102,23 +103,13 @@ def _states(
 def _request(
     source: ChangeSource, day: dt.date, key: str, trigger: str, *, last: dt.date | None = None
 ) -> dg.RunRequest:
-    """A run of `day`, or of the days `day` to `last` as one run (a single-run backfill's
-    range tags)."""
-    if last is None or last == day:
-        return dg.RunRequest(
-            run_key=key,
-            job_name=source.job_name,
-            partition_key=day.isoformat(),
-            tags={"updates/trigger": trigger},
-        )
+    """A run of `day`, or of the days `day` to `last` as one run."""
+    partition_key, range_tags = run_partitions(day.isoformat(), (last or day).isoformat())
     return dg.RunRequest(
         run_key=key,
         job_name=source.job_name,
-        tags={
-            "updates/trigger": trigger,
-            "dagster/asset_partition_range_start": day.isoformat(),
-            "dagster/asset_partition_range_end": last.isoformat(),
-        },
+        partition_key=partition_key,
+        tags={"updates/trigger": trigger, **range_tags},
     )
 
 
@@ -126,21 +117,14 @@ def devices_requests(source: ChangeSource, states: dict[dt.date, DayState]) -> l
     """A run per stretch of consecutive dirty days of one kind (new, or changed), which
     merges them oldest first; the stretches are requested oldest first, and the job's
     runs go one at a time in that order (see the module)."""
-    stretches: list[list[dt.date]] = []
-    for day, state in sorted(states.items()):
-        if not state.dirty:
-            continue
-        new = state.recorded is None
-        if (
-            stretches
-            and stretches[-1][-1] == day - dt.timedelta(days=1)
-            and (states[stretches[-1][-1]].recorded is None) == new
-        ):
-            stretches[-1].append(day)
-        else:
-            stretches.append([day])
+
+    def follows(day: dt.date, previous: dt.date) -> bool:
+        new, previous_new = states[day].recorded is None, states[previous].recorded is None
+        return day - previous == dt.timedelta(days=1) and new == previous_new
+
+    dirty = [day for day, state in sorted(states.items()) if state.dirty]
     requests = []
-    for days in stretches:
+    for days in stretches(dirty, follows):
         first, last = days[0], days[-1]
         trigger = "new-partition" if states[first].recorded is None else "changed-file"
         if first == last:

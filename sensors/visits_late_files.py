@@ -30,6 +30,7 @@ from assets.overwriting import (
     weekly_partitions,
 )
 from assets.overwriting.calendar import day_of_file, week_start
+from assets.partition_range import run_partitions, stretches
 from resources import Lakehouse, LandingZone
 from resources.landing import Fingerprint, sources_digest
 from sensors import file_state
@@ -95,16 +96,12 @@ class PartitionRun:
     def request(self) -> dg.RunRequest:
         first, last = self.partitions[0], self.partitions[-1]
         changed = sorted({path for p in self.partitions for path in p.changed_files})
+        partition_key, range_tags = run_partitions(first.partition_key, last.partition_key)
         tags = {
             "visits/trigger": "new-partition" if first.new else "late-file",
             "visits/changed_files": ",".join(changed)[:1000],
+            **range_tags,
         }
-        if first is last:
-            partition_key = first.partition_key
-        else:
-            partition_key = None
-            tags["dagster/asset_partition_range_start"] = first.partition_key
-            tags["dagster/asset_partition_range_end"] = last.partition_key
         return dg.RunRequest(
             run_key=self.run_key,
             job_name=JOB_FOR_ASSET[first.asset_key],
@@ -115,13 +112,7 @@ class PartitionRun:
 
 def partition_runs(dirty: Iterable[DirtyPartition]) -> list[PartitionRun]:
     """`dirty` (in asset and partition order) cut into runs of adjacent partitions."""
-    runs: list[list[DirtyPartition]] = []
-    for partition in dirty:
-        if runs and partition.follows(runs[-1][-1]):
-            runs[-1].append(partition)
-        else:
-            runs.append([partition])
-    return [PartitionRun(tuple(run)) for run in runs]
+    return [PartitionRun(tuple(run)) for run in stretches(dirty, DirtyPartition.follows)]
 
 
 def changed_paths(
