@@ -14,6 +14,7 @@ Run: `.venv/bin/python benchmarks/backfill.py [--engine delta-spark] [--days N]
 """
 
 import argparse
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -27,7 +28,8 @@ sys.path.insert(0, str(PROJECT_ROOT))
 
 import dagster as dg  # noqa: E402
 
-from demo.generate import DAYS, write_initial_files  # noqa: E402
+from demo.dates import DemoDates, default_start  # noqa: E402
+from demo.generate import write_initial_files  # noqa: E402
 from resources import Lakehouse, SparkResource  # noqa: E402
 
 DEFINITIONS = PROJECT_ROOT / "platform" / "definitions.py"
@@ -74,10 +76,11 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=42)
     parser.add_argument("--parallel", type=int, default=3)
     args = parser.parse_args()
-    days = [day.isoformat() for day in DAYS[: args.days]]
+    demo_days = DemoDates(default_start(dt.date.today())).visit_days[: args.days]
+    days = [day.isoformat() for day in demo_days]
     with tempfile.TemporaryDirectory(prefix="bench-backfill-") as scratch:
         landing = Path(scratch) / "landing"
-        write_initial_files(landing)
+        write_initial_files(landing, demo_days)
         per_day_env = environment(Path(scratch) / "per_day", landing, args.engine)
         one_run_env = environment(Path(scratch) / "one_run", landing, args.engine)
 

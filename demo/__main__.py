@@ -25,7 +25,8 @@ from assets.overwriting.data_overwrite import VISITS_DAILY
 from assets.overwriting.exposition import read_visits
 from demo import database, telemetry, updates, warehouse
 from demo.dagster_dev import Dagster, DemoError, attach_or_start
-from demo.generate import DAYS, write_initial_files, write_late_files
+from demo.dates import CHECKSUMS_FILE, START_FILE, DemoDates, demo_dates
+from demo.generate import write_initial_files, write_late_files
 from demo.report import checksum, compare_with_previous
 from demo.runs import materializations
 from resources.jvm_output import stderr_to
@@ -63,7 +64,12 @@ def main() -> int:
             resources = {name: getattr(built, name) for name in defs.resources}
             try:
                 return run_demo(
-                    defs, resources, dagster, started, home.parent / "demo-checksums.json"
+                    defs,
+                    resources,
+                    dagster,
+                    demo_dates(home.parent),
+                    started,
+                    home.parent / CHECKSUMS_FILE,
                 )
             except DemoError as error:
                 print(f"\nThe demo stopped: {error}")
@@ -74,6 +80,7 @@ def run_demo(
     defs: dg.Definitions,
     resources: dict,
     dagster: Dagster,
+    dates: DemoDates,
     started: float,
     checksums_file: Path,
 ) -> int:
@@ -86,13 +93,15 @@ def run_demo(
     else:
         print(f"Dagster:          {dagster.url} (the `make dev` already up does the work)")
     print(f"Landing zone:     {landing_root}")
-    print(f"Lakehouse:        {lakehouse.root} (engine {lakehouse.engine})\n")
+    print(f"Lakehouse:        {lakehouse.root} (engine {lakehouse.engine})")
+    print(f"Demo data from:   {dates.start} (kept in {checksums_file.parent / START_FILE})\n")
 
     sensor = [visits_late_files.name]
     since = time.time()
-    files = write_initial_files(landing_root)
-    weeks = sorted({week_start(d) for d in DAYS})
-    print(f"1. Landed {files} visit files for {len(DAYS)} days ({DAYS[0]} .. {DAYS[-1]}),")
+    days = dates.visit_days
+    files = write_initial_files(landing_root, days)
+    weeks = sorted({week_start(d) for d in days})
+    print(f"1. Landed {files} visit files for {len(days)} days ({days[0]} .. {days[-1]}),")
     print(f"   three of them delivered twice. The {sensor[0]} sensor finds the new days ...")
     launched = dagster.settle(sensor, since)
     print(f"   It launched {len(launched)} run(s) in {time.time() - since:.0f} s:")
@@ -101,7 +110,7 @@ def run_demo(
     print("   (adjacent days, and weeks, go in one range run); its next tick asked for nothing.\n")
 
     since = time.time()
-    late = write_late_files(landing_root)
+    late = write_late_files(landing_root, days)
     print(
         "2. Late delivery: " + ", ".join(Path(p).relative_to(landing_root).as_posix() for p in late)
     )
@@ -164,10 +173,10 @@ def run_demo(
     checksums = {
         "visits_daily": checksum(daily_rows) if same else "MISMATCH",
         "visits (weekly exposition)": checksum(exposed) if same else "MISMATCH",
-        **telemetry.run(dagster, resources),
-        **updates.run(dagster, resources),
-        **database.run(defs, resources, instance, DAYS),
-        **warehouse.run(dagster, resources),
+        **telemetry.run(dagster, resources, dates.telemetry_start),
+        **updates.run(dagster, resources, dates.update_days),
+        **database.run(defs, resources, instance, dates),
+        **warehouse.run(dagster, resources, dates.warehouse_start),
     }
     correct = "MISMATCH" not in checksums.values()
     print(compare_with_previous(checksums_file, checksums))

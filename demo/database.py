@@ -19,11 +19,11 @@ import dagster as dg
 from assets.database.payments_source import day_folder
 from assets.immutable.proxy import current_snapshot, manifest_entries
 from assets.updates.change_files import CATALOG_COLUMNS
+from demo.dates import DemoDates
 from demo.report import checksum
 from demo.runs import run_job
 from resources.lakehouse.predicates import is_in
 
-PAYMENT_DAYS = [dt.date(2025, 1, 13) + dt.timedelta(days=i) for i in range(3)]
 ACCOUNTS = [f"acct-{i:02d}" for i in range(12)]
 SESSION_DAYS = 7
 """The last week of the demo's visits gets sessions (one run per day)."""
@@ -61,20 +61,20 @@ def _typed(row: dict) -> tuple:
     return (row["idempotency_key"], row["account_id"], amount, row["currency"], created)
 
 
-def run_payments(defs, resources, instance) -> dict[str, str]:
+def run_payments(defs, resources, instance, payment_days: list[dt.date]) -> dict[str, str]:
     landing_root, lakehouse = Path(resources["landing"].root), resources["lakehouse"]
     shutil.rmtree(landing_root / "payments", ignore_errors=True)
     rng = random.Random(21)
-    delivered = {day: _payments(day, rng) for day in PAYMENT_DAYS}
+    delivered = {day: _payments(day, rng) for day in payment_days}
     for day, rows in delivered.items():
         _write(landing_root, day, "batch-1.jsonl", rows)
     # Day two again, as another file (the same payments, amounts spelled "12.5"):
     # a replay, which must insert nothing.
     replay = [
-        {**r, "amount": r["amount"].rstrip("0").rstrip(".")} for r in delivered[PAYMENT_DAYS[1]]
+        {**r, "amount": r["amount"].rstrip("0").rstrip(".")} for r in delivered[payment_days[1]]
     ]
-    _write(landing_root, PAYMENT_DAYS[1], "batch-1.redelivered.jsonl", replay)
-    days = [d.isoformat() for d in PAYMENT_DAYS]
+    _write(landing_root, payment_days[1], "batch-1.redelivered.jsonl", replay)
+    days = [d.isoformat() for d in payment_days]
     print(
         f"6. Payments: {sum(map(len, delivered.values()))} payments over {len(days)} days "
         f"({days[0]} .. {days[-1]}), day two delivered twice."
@@ -83,8 +83,8 @@ def run_payments(defs, resources, instance) -> dict[str, str]:
     for day in days:
         run_job(defs, "payments_job", [day], resources=resources, instance=instance, tags=tags)
     # A replay that changes a payment: refused, naming the key; nothing of the day lands.
-    changed = {**delivered[PAYMENT_DAYS[2]][0], "amount": "1.00"}
-    _write(landing_root, PAYMENT_DAYS[2], "batch-2.jsonl", [changed])
+    changed = {**delivered[payment_days[2]][0], "amount": "1.00"}
+    _write(landing_root, payment_days[2], "batch-2.jsonl", [changed])
     refused = run_job(
         defs,
         "payments_job",
@@ -103,11 +103,11 @@ def run_payments(defs, resources, instance) -> dict[str, str]:
     )
     for line in [line.split(": ", 1)[-1] for line in lines[:1]] + lines[1:]:
         print(textwrap.fill(line.strip(), width=96, initial_indent="   ", subsequent_indent="   "))
-    (landing_root / day_folder(PAYMENT_DAYS[2]) / "batch-2.jsonl").unlink()
+    (landing_root / day_folder(payment_days[2]) / "batch-2.jsonl").unlink()
     stored = lakehouse.read_arrow(
         "payments",
         columns=["idempotency_key", "account_id", "amount", "currency", "created_at"],
-        where=is_in("payment_date", PAYMENT_DAYS),
+        where=is_in("payment_date", payment_days),
     ).to_pylist()
     got = {tuple(r.values()) for r in stored}
     want = {_typed(r) for rows in delivered.values() for r in rows}
@@ -205,12 +205,12 @@ def run_snapshot(defs, resources, instance) -> dict[str, str]:
 
 
 def run(
-    defs: dg.Definitions, resources: dict, instance: dg.DagsterInstance, visit_days: list[dt.date]
+    defs: dg.Definitions, resources: dict, instance: dg.DagsterInstance, dates: DemoDates
 ) -> dict[str, str]:
     """Prints its part of the report; returns each table's content checksum (or
     "MISMATCH")."""
     return {
-        **run_payments(defs, resources, instance),
-        **run_sessions(defs, resources, instance, visit_days),
+        **run_payments(defs, resources, instance, dates.payment_days),
+        **run_sessions(defs, resources, instance, dates.visit_days),
         **run_snapshot(defs, resources, instance),
     }

@@ -1,4 +1,4 @@
-"""Deterministic demo visits: the same seed always writes the same bytes."""
+"""Deterministic demo visits: the same days and seed always write the same bytes."""
 
 from __future__ import annotations
 
@@ -11,9 +11,6 @@ from pathlib import Path
 PAGES = ["/", "/search", "/products/lamp", "/products/desk", "/cart", "/checkout", "/help"]
 REFERRERS = ["google", "newsletter", "direct", "partner-blog"]
 DEVICES = ["mobile", "desktop", "tablet"]
-
-FIRST_DAY = dt.date(2024, 12, 2)  # six weeks across the turn of the year
-DAYS = [FIRST_DAY + dt.timedelta(days=i) for i in range(42)]
 
 
 def _visits(day: dt.date, part: int, count: int, rng: random.Random) -> list[dict]:
@@ -43,34 +40,34 @@ def day_folder(landing: Path, day: dt.date) -> Path:
     return landing / "visits" / f"date={day.isoformat()}"
 
 
-def write_initial_files(landing: Path, *, seed: int = 7) -> int:
+def write_initial_files(landing: Path, days: list[dt.date], *, seed: int = 7) -> int:
     """Two files a day, plus a duplicated delivery of three files. Returns files written."""
     shutil.rmtree(landing / "visits", ignore_errors=True)
     rng = random.Random(seed)
     written = 0
-    for day in DAYS:
+    for day in days:
         for part in (0, 1):
             _write(day_folder(landing, day) / f"part-{part}.jsonl", _visits(day, part, 90, rng))
             written += 1
-    for day in (DAYS[3], DAYS[20], DAYS[33]):  # the same file delivered twice
+    for day in (days[3], days[20], days[33]):  # the same file delivered twice
         folder = day_folder(landing, day)
         shutil.copyfile(folder / "part-1.jsonl", folder / "part-1.redelivered.jsonl")
         written += 1
     return written
 
 
-def write_late_files(landing: Path, *, seed: int = 11) -> list[str]:
+def write_late_files(landing: Path, days: list[dt.date], *, seed: int = 11) -> list[str]:
     """Late arrivals for days already materialized: two new files, one file appended to,
     and one file re-notified (touched) without any change."""
     rng = random.Random(seed)
     late = [
-        _write(day_folder(landing, DAYS[8]) / "late-upload.jsonl", _visits(DAYS[8], 7, 25, rng)),
-        _write(day_folder(landing, DAYS[31]) / "late-upload.jsonl", _visits(DAYS[31], 7, 12, rng)),
+        _write(day_folder(landing, days[8]) / "late-upload.jsonl", _visits(days[8], 7, 25, rng)),
+        _write(day_folder(landing, days[31]) / "late-upload.jsonl", _visits(days[31], 7, 12, rng)),
     ]
-    appended = day_folder(landing, DAYS[29]) / "part-0.jsonl"
+    appended = day_folder(landing, days[29]) / "part-0.jsonl"
     with appended.open("a", encoding="utf-8") as out:
-        for visit in _visits(DAYS[29], 8, 5, rng):
+        for visit in _visits(days[29], 8, 5, rng):
             out.write(json.dumps(visit, sort_keys=True) + "\n")
     late.append(appended.as_posix())
-    (day_folder(landing, DAYS[15]) / "part-0.jsonl").touch()
+    (day_folder(landing, days[15]) / "part-0.jsonl").touch()
     return late

@@ -19,7 +19,6 @@ from sensors import telemetry_files
 
 SUBJECTS = ["Tool01", "Tool02", 'Line 3 "north"']  # a folder name with a space and quotes
 FILES_PER_SUBJECT, ROWS_PER_FILE = 12, 240
-START = dt.datetime(2025, 3, 3, tzinfo=dt.UTC)
 HEADER = b"ts,in_spec,out_of_spec,mispicks\n"
 
 
@@ -27,18 +26,17 @@ HEADER = b"ts,in_spec,out_of_spec,mispicks\n"
 class Report:
     subject: str
     index: int
+    start: dt.datetime
     lines: tuple[bytes, ...]
     totals: tuple[int, int, int]
 
     @property
     def path(self) -> str:
-        return (
-            f"telemetry/{self.subject}/{START + dt.timedelta(hours=4 * self.index):%Y%m%dT%H%M}.csv"
-        )
+        return f"telemetry/{self.subject}/{self.start:%Y%m%dT%H%M}.csv"
 
 
-def _report(subject: str, index: int, rng: random.Random) -> Report:
-    start = START + dt.timedelta(hours=4 * index)
+def _report(subject: str, index: int, first_hour: dt.datetime, rng: random.Random) -> Report:
+    start = first_hour + dt.timedelta(hours=4 * index)
     plus_two = dt.timezone(dt.timedelta(hours=2))  # tools write local time with an offset
     lines, sums = [], [0, 0, 0]
     for second in sorted(rng.randrange(4 * 3600) for _ in range(ROWS_PER_FILE)):
@@ -46,7 +44,7 @@ def _report(subject: str, index: int, rng: random.Random) -> Report:
         ts = (start + dt.timedelta(seconds=second)).astimezone(plus_two).isoformat()
         lines.append(f"{ts},{counts[0]},{counts[1]},{counts[2]}\n".encode())
         sums = [a + b for a, b in zip(sums, counts, strict=True)]
-    return Report(subject, index, tuple(lines), (sums[0], sums[1], sums[2]))
+    return Report(subject, index, start, tuple(lines), (sums[0], sums[1], sums[2]))
 
 
 def _write(landing_root: Path, report: Report, lines: int | None = None) -> None:
@@ -76,11 +74,11 @@ def land_and_settle(dagster: Dagster, write: Callable[[], None]) -> None:
         )
 
 
-def run(dagster: Dagster, resources: dict) -> dict[str, str]:
+def run(dagster: Dagster, resources: dict, first_hour: dt.datetime) -> dict[str, str]:
     """Prints its part of the report; returns the running totals' content checksum (or
     "MISMATCH" when they differ from the sums taken here)."""
     rng = random.Random(11)
-    reports = [_report(s, i, rng) for s in SUBJECTS for i in range(FILES_PER_SUBJECT)]
+    reports = [_report(s, i, first_hour, rng) for s in SUBJECTS for i in range(FILES_PER_SUBJECT)]
     stragglers = [r for r in reports if r.index in (2, 5)]
     grown = next(r for r in reports if r.subject == "Tool01" and r.index == FILES_PER_SUBJECT - 1)
     first_wave = [r for r in reports if r not in stragglers]

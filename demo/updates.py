@@ -24,9 +24,6 @@ from demo.dagster_dev import Dagster, Launched
 from demo.report import checksum
 from sensors import change_files
 
-FIRST_DAY = dt.date(2025, 1, 6)
-DAYS = [FIRST_DAY + dt.timedelta(days=i) for i in range(6)]
-CORRECTED = DAYS[2]
 TYPES = ["phone", "tablet", "watch"]
 BRANDS = ["Acme", "Globex", "Initech", "Umbrella"]
 CPUS = ["Snapdragon", "Tensor", "Exynos", "Dimensity"]
@@ -104,28 +101,30 @@ def show(launched: list[Launched], what: str) -> None:
         print(f"   {run.job_name:<19} {run.partition_key:<23} {run.tags['updates/trigger']}")
 
 
-def run(dagster: Dagster, resources: dict) -> dict[str, str]:
-    """Prints its part of the report; returns each table's content checksum (or "MISMATCH")."""
+def run(dagster: Dagster, resources: dict, days: list[dt.date]) -> dict[str, str]:
+    """Prints its part of the report; returns each table's content checksum (or "MISMATCH").
+    The third of `days` is corrected late."""
     landing_root, lakehouse = Path(resources["landing"].root), resources["lakehouse"]
     sensor = [change_files.name]
     rng = random.Random(11)
-    cdc = {day: _cdc_day(day, rng) for day in DAYS}
-    catalog = {day: _catalog_day(day, rng) for day in DAYS}
+    cdc = {day: _cdc_day(day, rng) for day in days}
+    catalog = {day: _catalog_day(day, rng) for day in days}
     since = time.time()
     for folder in ("devices_cdc", "device_catalog"):
         shutil.rmtree(landing_root / folder, ignore_errors=True)
-    for day in DAYS:
+    for day in days:
         _write_cdc(landing_root, day, cdc[day])
         _write_catalog(landing_root, day, catalog[day])
     print(
-        f"5. Updates: {len(DAYS)} days of devices_cdc/*.csv and device_catalog/*.jsonl "
-        f"({DAYS[0]} .. {DAYS[-1]})."
+        f"5. Updates: {len(days)} days of devices_cdc/*.csv and device_catalog/*.jsonl "
+        f"({days[0]} .. {days[-1]})."
     )
     show(dagster.settle(sensor, since), "each a range merged day by day in date order")
-    catalog[CORRECTED] = _catalog_day(CORRECTED, random.Random(99), corrected=True)
+    corrected = days[2]
+    catalog[corrected] = _catalog_day(corrected, random.Random(99), corrected=True)
     since = time.time()
-    _write_catalog(landing_root, CORRECTED, catalog[CORRECTED])
-    print(f"   A corrected {device_catalog_path(CORRECTED)} lands late ...")
+    _write_catalog(landing_root, corrected, catalog[corrected])
+    print(f"   A corrected {device_catalog_path(corrected)} lands late ...")
     show(dagster.settle(sensor, since), "restores the day before, merges it and the days after")
     checksums = {}
     for table, got, want in (

@@ -26,10 +26,13 @@ from demo.dagster_dev import Dagster
 from demo.report import checksum
 from sensors import enriched_run_directories, event_batch_files
 
-T0 = dt.datetime(2025, 1, 20, 9, tzinfo=dt.UTC)
 EVENTS = 60
-ENRICHED_RUNS = ["2025-01-20-10-00-00", "2025-01-20-11-00-00", "2025-01-20-12-00-00"]
 EVENTS_PER_RUN = 45
+
+
+def enriched_run_ids(start: dt.datetime) -> list[str]:
+    """Three runs of the enrichment job, an hour apart, named by their start time."""
+    return [f"{start + dt.timedelta(hours=h):%Y-%m-%d-%H-%M-%S}" for h in (1, 2, 3)]
 
 
 def _event(event_id: str, when: dt.datetime, ingested: dt.datetime, **fields) -> dict:
@@ -43,12 +46,12 @@ def _event(event_id: str, when: dt.datetime, ingested: dt.datetime, **fields) ->
     }
 
 
-def _batches(rng: random.Random) -> dict[str, list[dict]]:
+def _batches(start: dt.datetime, rng: random.Random) -> dict[str, list[dict]]:
     """Three batches: first versions; newer versions of some events and deletions of
     others; stale (older) versions that must lose wherever they land."""
     ids = [f"e{i:03d}" for i in range(EVENTS)]
-    first = {i: T0 + dt.timedelta(minutes=rng.randrange(600)) for i in ids}
-    ingested = T0 + dt.timedelta(days=1)
+    first = {i: start + dt.timedelta(minutes=rng.randrange(600)) for i in ids}
+    ingested = start + dt.timedelta(days=1)
     b1 = [_event(i, first[i], ingested) for i in ids]
     newer = rng.sample(ids, 15)
     deleted = rng.sample([i for i in ids if i not in newer], 5)
@@ -64,7 +67,7 @@ def _batches(rng: random.Random) -> dict[str, list[dict]]:
         _event(i, first[i] - dt.timedelta(hours=1), ingested, payload={"page": "/stale"})
         for i in stale
     ]
-    return {"2025-01-20-a": b1, "2025-01-21-b": b2, "2025-01-21-c": b3}
+    return {f"{start:%Y-%m-%d}-a": b1, f"{ingested:%Y-%m-%d}-b": b2, f"{ingested:%Y-%m-%d}-c": b3}
 
 
 def expected_events(batches: dict[str, list[dict]]) -> set[tuple]:
@@ -86,9 +89,9 @@ def expected_events(batches: dict[str, list[dict]]) -> set[tuple]:
     }
 
 
-def run_events(dagster: Dagster, resources: dict) -> dict[str, str]:
+def run_events(dagster: Dagster, resources: dict, start: dt.datetime) -> dict[str, str]:
     landing_root, lakehouse = Path(resources["landing"].root), resources["lakehouse"]
-    batches = _batches(random.Random(31))
+    batches = _batches(start, random.Random(31))
     since = time.time()
     shutil.rmtree(landing_root / "events", ignore_errors=True)
     (landing_root / "events").mkdir(parents=True)
@@ -123,7 +126,9 @@ def run_events(dagster: Dagster, resources: dict) -> dict[str, str]:
     return {"user_events": checksum(got) if same else "MISMATCH"}
 
 
-def _write_run(landing_root: Path, run_id: str, rng: random.Random, *, done: bool) -> Counter:
+def _write_run(
+    landing_root: Path, run_id: str, when: str, rng: random.Random, *, done: bool
+) -> Counter:
     folder = landing_root / run_folder(run_id)
     folder.mkdir(parents=True, exist_ok=True)
     kinds = Counter()
@@ -140,7 +145,7 @@ def _write_run(landing_root: Path, run_id: str, rng: random.Random, *, done: boo
                 "event_type": kind,
                 "event_id": f"{run_id}-{i:03d}",
                 "user_id": f"user-{i % 11}",
-                "event_timestamp": "2025-01-20T10:00:00Z",
+                "event_timestamp": when,
                 **fields,
             }
         )
@@ -151,21 +156,23 @@ def _write_run(landing_root: Path, run_id: str, rng: random.Random, *, done: boo
     return kinds
 
 
-def run_enriched(dagster: Dagster, resources: dict) -> dict[str, str]:
+def run_enriched(dagster: Dagster, resources: dict, start: dt.datetime) -> dict[str, str]:
     landing_root, lakehouse = Path(resources["landing"].root), resources["lakehouse"]
     instance = dagster.instance
     sensor = [enriched_run_directories.name]
     rng = random.Random(41)
+    run_ids = enriched_run_ids(start)
+    when = f"{start + dt.timedelta(hours=1):%Y-%m-%dT%H:%M:%SZ}"
     expected: Counter = Counter()
     since = time.time()
     shutil.rmtree(landing_root / "enriched", ignore_errors=True)
-    for index, run_id in enumerate(ENRICHED_RUNS):
-        expected += _write_run(landing_root, run_id, rng, done=index < 2)
+    for index, run_id in enumerate(run_ids):
+        expected += _write_run(landing_root, run_id, when, rng, done=index < 2)
     print(
-        f"10. Enriched runs: {len(ENRICHED_RUNS)} run directories, the last still being "
+        f"10. Enriched runs: {len(run_ids)} run directories, the last still being "
         "written (no _SUCCESS yet)."
     )
-    known = set(instance.get_dynamic_partitions(enriched_runs.name)) & set(ENRICHED_RUNS)
+    known = set(instance.get_dynamic_partitions(enriched_runs.name)) & set(run_ids)
     runs = len(dagster.settle(sensor, since))
     earlier = f" ({len(known)} registered by an earlier demo)" if known else ""
     print(
@@ -173,9 +180,9 @@ def run_enriched(dagster: Dagster, resources: dict) -> dict[str, str]:
         f"waits{earlier}."
     )
     since = time.time()
-    (landing_root / run_folder(ENRICHED_RUNS[-1]) / SUCCESS).write_text("")
+    (landing_root / run_folder(run_ids[-1]) / SUCCESS).write_text("")
     print(f"    Its _SUCCESS lands: {len(dagster.settle(sensor, since))} more run(s).")
-    states = Counter(r.state for r in load_manifest.read(lakehouse, ENRICHED_RUNS).values())
+    states = Counter(r.state for r in load_manifest.read(lakehouse, run_ids).values())
     loaded = {
         kind: lakehouse.count(warehouse_table(kind), where=None)
         if lakehouse.exists(warehouse_table(kind))
@@ -190,7 +197,7 @@ def run_enriched(dagster: Dagster, resources: dict) -> dict[str, str]:
         ).to_pylist()
     }
     same = loaded == {k: expected[k] for k in loaded} and states == Counter(
-        {load_manifest.LOADED: len(ENRICHED_RUNS)}
+        {load_manifest.LOADED: len(run_ids)}
     )
     print(
         f"    load_manifest: {dict(states)}; warehouse rows by type {loaded}, equal to the "
@@ -199,10 +206,10 @@ def run_enriched(dagster: Dagster, resources: dict) -> dict[str, str]:
     return {"warehouse events": checksum(content) if same else "MISMATCH"}
 
 
-def run(dagster: Dagster, resources: dict) -> dict[str, str]:
+def run(dagster: Dagster, resources: dict, start: dt.datetime) -> dict[str, str]:
     """Prints its part of the report; returns each table's content checksum (or
-    "MISMATCH")."""
+    "MISMATCH"). Everything happens on the day of `start` and the day after."""
     return {
-        **run_events(dagster, resources),
-        **run_enriched(dagster, resources),
+        **run_events(dagster, resources, start),
+        **run_enriched(dagster, resources, start),
     }

@@ -9,6 +9,7 @@ Slow: every deployment runs the whole demo in its own process (`make test-slow`)
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ import pytest
 import servers
 
 from demo.dagster_dev import dagster_dev, graphql
+from demo.dates import PIN, default_start
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,6 +32,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 # Report lines that state what the tables hold (not versions, run ids or timings).
 RUNS = "query { runsOrError { ... on Runs { results { status tags { key value } } } } }"
 _RESULT_LINE = re.compile(r"content checksum|Running totals exact|^\s+\S.*\d+/\d+/\d+")
+# Every deployment's demo lands the same days, even when the runs straddle midnight.
+DEMO_START = default_start(dt.date.today()).isoformat()
 
 
 def demo_environment(workdir: Path, **env: str) -> dict[str, str]:
@@ -42,6 +46,7 @@ def demo_environment(workdir: Path, **env: str) -> dict[str, str]:
         "DAGSTER_HOME": str(home),
         "LAKEHOUSE_ROOT": str(workdir / "lakehouse"),
         "LANDING_ROOT": str(workdir / "landing"),
+        PIN: DEMO_START,
         **env,
     }
 

@@ -4,6 +4,7 @@ lakehouse and landing zone (the commands are the same on either engine; delta-rs
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import shlex
@@ -15,12 +16,15 @@ import dagster as dg
 
 from assets.overwriting.data_overwrite import VISITS_DAILY
 from assets.warehouse.manifest.load_manifest import LOAD_MANIFEST
+from demo.dates import DemoDates
 from demo.generate import write_initial_files
 from resources import Lakehouse
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 README = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
 COMMAND = ".venv/bin/dagster "
+README_DEMO_START = dt.date(2024, 12, 2)
+"""The demo start whose days README's commands name (`DEMO_START=2024-12-02`)."""
 
 
 def blocks(language: str) -> list[str]:
@@ -72,7 +76,7 @@ def test_every_readme_cli_command_works_as_written(tmp_path, spark):
     configs.mkdir()
     for name, body in readme_config_files().items():
         (configs / name).write_text(body)
-    write_initial_files(tmp_path / "landing")
+    write_initial_files(tmp_path / "landing", DemoDates(README_DEMO_START).visit_days)
     home = tmp_path / "dagster_home"
     home.mkdir()
     lakehouse = Lakehouse(root=str(tmp_path / "lakehouse"), engine="delta-rs", spark=spark)

@@ -8,6 +8,7 @@ partitioned asset with materializations to show.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import os
 import shutil
 import subprocess
@@ -20,11 +21,14 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 
 from demo.dagster_dev import dagster_dev as start_dagster_dev
-from demo.generate import DAYS, write_initial_files
+from demo.dates import DemoDates, default_start
+from demo.generate import write_initial_files
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHOTS = PROJECT_ROOT / ".data" / "ui"
 CHROMIUM = "/usr/bin/chromium"
+# The demo's days as a first run today lands them: in the UI's default 90-day window.
+DAYS = DemoDates(default_start(dt.date.today())).visit_days
 FIRST, LAST = DAYS[0].isoformat(), DAYS[2].isoformat()
 
 pytestmark = pytest.mark.slow
@@ -37,7 +41,7 @@ def environment(tmp_path_factory) -> dict[str, str]:
     home.mkdir()
     shutil.copy(PROJECT_ROOT / "platform" / "dagster.yaml", home / "dagster.yaml")
     landing = work / "landing"
-    write_initial_files(landing)
+    write_initial_files(landing, DAYS)
     # Only the three days backfilled below: the sensors (running in `dagster dev`) then
     # have nothing new to launch while the pages are looked at.
     for folder in (landing / "visits").iterdir():
