@@ -24,8 +24,11 @@ def run_job(
     raise_on_error: bool = True,
 ) -> dg.ExecuteInProcessResult:
     """One run of `job_name` over the partitions from `partitions[0]` to `partitions[-1]`,
-    as a backfill of them launches it (its assets have single-run backfill policies)."""
-    partition_key, range_tags = run_partitions(partitions[0], partitions[-1])
+    as a backfill of them launches it (its assets have single-run backfill policies); no
+    partitions for an unpartitioned job."""
+    partition_key, range_tags = (
+        run_partitions(partitions[0], partitions[-1]) if partitions else (None, {})
+    )
     return defs.resolve_job_def(job_name).execute_in_process(
         partition_key=partition_key,
         resources=resources,
