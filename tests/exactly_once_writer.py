@@ -127,7 +127,12 @@ def _start(lake: Lakehouse, engine: str, jars: str, trial: int) -> subprocess.Po
 
 
 def _finish(process: subprocess.Popen) -> str:
-    output = process.communicate(timeout=600)[0]
+    # Through the text stream `_start` read "ready" from: `communicate(timeout=...)` reads
+    # the pipe underneath and would miss a line already buffered there (a quick replay
+    # prints its outcome right after "ready").
+    assert process.stdout is not None
+    output = process.stdout.read()
+    process.wait(timeout=600)
     assert process.returncode == 0, output
     return output.strip().splitlines()[-1]
 
