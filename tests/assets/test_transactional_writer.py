@@ -113,6 +113,7 @@ def materialize(resources, instance, **tags) -> dict:
     return result.asset_materializations_for_node("visits_daily")[0].metadata
 
 
+@pytest.mark.long_on_delta_spark
 def test_visits_daily_skips_a_committed_day_and_writes_it_again_after_a_restore(
     resources, lakehouse, instance, write_visits
 ):

@@ -73,6 +73,7 @@ def test_the_sensor_needs_no_spark():
     assert change_files.required_resource_keys == {"landing", "lakehouse"}
 
 
+@pytest.mark.long_on_delta_spark
 def test_new_devices_days_are_requested_and_settle(resources, instance, landing, land):
     land("devices_cdc", DAY1, cdc("phone;Pixel;1"))
     land("devices_cdc", DAY2, cdc("phone;Pixel 2;2"))
@@ -123,6 +124,7 @@ def test_devices_days_are_merged_in_date_order_whatever_order_they_land(
     ]
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_day_changed_back_and_forth_gets_a_run_each_time(resources, instance, landing, land):
     """A file A, then B, then A again: the third run must not reuse the first one's run
     key, or Dagster skips it and `devices` keeps B while the file says A."""
@@ -168,6 +170,7 @@ def materialize_range(first: str, last: str, resources, instance) -> None:
     )
 
 
+@pytest.mark.long_on_delta_spark
 def test_catalog_days_are_requested_as_one_run_in_order(resources, instance, landing, land):
     for day in (DAY1, DAY2, DAY3):
         land("device_catalog", day, catalog_rows(1, 2, name=f"Phone {day.day}"))

@@ -13,6 +13,12 @@ from support import day_of_visits, partition_range, sensor_resources, visit
 from assets.overwriting import visits_daily, visits_weekly
 from sensors import file_state, visits_late_files
 
+# The sensor reads the landing zone, the instance and its control table without Spark; the
+# test's engine only changes how the fixtures write them, which the assets' tests and
+# tests/test_engines_agree.py cover on both engines. The delta-spark halves run in
+# `make test-slow`.
+pytestmark = pytest.mark.long_on_delta_spark
+
 MONDAY = dt.date(2024, 4, 1)
 DAYS = [MONDAY + dt.timedelta(days=i) for i in range(3)]
 

@@ -59,6 +59,7 @@ def tables(lakehouse) -> tuple:
     )
 
 
+@pytest.mark.long_on_delta_spark
 def test_late_visits_join_their_session_which_keeps_its_id(resources, lakehouse, write_visits):
     """The book's case: the job restarts after late data landed, and every existing
     session keeps its id, also when a late visit is earlier than the session's first."""

@@ -143,6 +143,7 @@ def merge_every_day_then_correct_day_two(resources, write_catalog) -> list[tuple
     return corrected
 
 
+@pytest.mark.long_on_delta_spark
 def test_backfilling_a_middle_day_equals_a_clean_run(
     tmp_path, spark, resources, lakehouse, landing, write_catalog
 ):

@@ -172,7 +172,9 @@ BATCHES = {
 }
 
 
-@pytest.mark.parametrize("order", ["abc", "cba", "bcacab"])
+@pytest.mark.parametrize(
+    "order", ["abc", "cba", pytest.param("bcacab", marks=pytest.mark.long_on_delta_spark)]
+)
 def test_any_order_of_batches_replayed_any_number_of_times_gives_one_table(
     lakehouse, write_batch, apply, order
 ):
