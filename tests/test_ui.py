@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -125,6 +126,21 @@ def test_the_partitions_tab_shows_the_backfilled_days(page, dagster_dev):
         page, f"{dagster_dev}/assets/visits_daily?view=partitions", "partitions", "Materialized ("
     )
     assert "Materialized (3)" in text
+
+
+def test_the_materialize_dialog_s_last_90_days_hold_the_demo_s_days(page, dagster_dev):
+    """The dialog a backfill starts from offers the last 90 days; the demo's days, relative
+    to today, are among them without "Show all partitions"."""
+    url = f"{dagster_dev}/assets/visits_daily?view=partitions"
+    visit(page, url, "partitions", "Materialized (")
+    page.locator('button:has-text("Materialize")').first.click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_text("Showing the last 90 days").wait_for()
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(SHOTS / "materialize-dialog.png"))
+    window = re.findall(r"\d{4}-\d{2}-\d{2}", dialog.inner_text())
+    page.keyboard.press("Escape")
+    assert window[0] <= FIRST and LAST <= window[-1], window
 
 
 def test_a_materialization_shows_rows_version_and_schema(page, dagster_dev):
