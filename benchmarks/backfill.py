@@ -14,7 +14,6 @@ Run: `.venv/bin/python benchmarks/backfill.py [--engine delta-spark] [--days N]
 """
 
 import argparse
-import datetime as dt
 import os
 import subprocess
 import sys
@@ -76,7 +75,7 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=42)
     parser.add_argument("--parallel", type=int, default=3)
     args = parser.parse_args()
-    demo_days = DemoDates(default_start(dt.date.today())).visit_days[: args.days]
+    demo_days = DemoDates(default_start()).visit_days[: args.days]
     days = [day.isoformat() for day in demo_days]
     with tempfile.TemporaryDirectory(prefix="bench-backfill-") as scratch:
         landing = Path(scratch) / "landing"

@@ -18,6 +18,10 @@ CHECKSUMS_FILE = "demo-checksums.json"
 PIN = "DEMO_START"
 """Environment variable: a Monday (YYYY-MM-DD) to start from instead of the kept one."""
 WEEKS_OF_VISITS = 6
+LAST_WEEK = 7 * (WEEKS_OF_VISITS - 1)
+"""Days from the start to the last week of visits: devices, catalog and telemetry."""
+AFTER_VISITS = 7 * WEEKS_OF_VISITS
+"""Days from the start to the week after the visits: payments and the warehouse."""
 SPAN = dt.timedelta(days=45)
 """From the first day of visits to the day after the last day anything happens."""
 
@@ -30,32 +34,36 @@ class DemoDates:
 
     start: dt.date
 
+    def _days(self, first: int, count: int) -> list[dt.date]:
+        return [self.start + dt.timedelta(days=first + i) for i in range(count)]
+
     @property
     def visit_days(self) -> list[dt.date]:
-        return [self.start + dt.timedelta(days=i) for i in range(7 * WEEKS_OF_VISITS)]
+        return self._days(0, AFTER_VISITS)
 
     @property
     def update_days(self) -> list[dt.date]:
-        return [self.start + dt.timedelta(days=35 + i) for i in range(6)]
+        return self._days(LAST_WEEK, 6)
 
     @property
     def payment_days(self) -> list[dt.date]:
-        return [self.start + dt.timedelta(days=42 + i) for i in range(3)]
+        return self._days(AFTER_VISITS, 3)
 
     @property
     def telemetry_start(self) -> dt.datetime:
         """The first report's first hour (the telemetry reports span two days)."""
-        return dt.datetime.combine(self.start + dt.timedelta(days=35), dt.time(), tzinfo=dt.UTC)
+        return dt.datetime.combine(self._days(LAST_WEEK, 1)[0], dt.time(), tzinfo=dt.UTC)
 
     @property
     def warehouse_start(self) -> dt.datetime:
         """The first event's earliest time; the batches and enriched runs follow it."""
-        return dt.datetime.combine(self.start + dt.timedelta(days=42), dt.time(9), tzinfo=dt.UTC)
+        return dt.datetime.combine(self._days(AFTER_VISITS, 1)[0], dt.time(9), tzinfo=dt.UTC)
 
 
-def default_start(today: dt.date) -> dt.date:
-    """The latest Monday from which everything the demo writes is over by yesterday."""
-    latest = today - SPAN
+def default_start(today: dt.date | None = None) -> dt.date:
+    """The latest Monday from which everything the demo writes is over by yesterday
+    (`today` by default the real one)."""
+    latest = (today or dt.date.today()) - SPAN
     return latest - dt.timedelta(days=latest.weekday())
 
 
@@ -92,7 +100,7 @@ def demo_dates(
             "removes .data)."
         )
     if start is None:
-        start = default_start(today or dt.date.today())
+        start = default_start(today)
     if not kept.exists():
         folder.mkdir(parents=True, exist_ok=True)
         kept.write_text(f"{start.isoformat()}\n")

@@ -8,7 +8,6 @@ partitioned asset with materializations to show.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import os
 import re
 import shutil
@@ -29,7 +28,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHOTS = PROJECT_ROOT / ".data" / "ui"
 CHROMIUM = "/usr/bin/chromium"
 # The demo's days as a first run today lands them: in the UI's default 90-day window.
-DAYS = DemoDates(default_start(dt.date.today())).visit_days
+DAYS = DemoDates(default_start()).visit_days
 FIRST, LAST = DAYS[0].isoformat(), DAYS[2].isoformat()
 
 pytestmark = pytest.mark.slow
