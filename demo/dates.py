@@ -34,8 +34,11 @@ class DemoDates:
 
     start: dt.date
 
+    def _day(self, offset: int) -> dt.date:
+        return self.start + dt.timedelta(days=offset)
+
     def _days(self, first: int, count: int) -> list[dt.date]:
-        return [self.start + dt.timedelta(days=first + i) for i in range(count)]
+        return [self._day(first + i) for i in range(count)]
 
     @property
     def visit_days(self) -> list[dt.date]:
@@ -52,12 +55,12 @@ class DemoDates:
     @property
     def telemetry_start(self) -> dt.datetime:
         """The first report's first hour (the telemetry reports span two days)."""
-        return dt.datetime.combine(self._days(LAST_WEEK, 1)[0], dt.time(), tzinfo=dt.UTC)
+        return dt.datetime.combine(self._day(LAST_WEEK), dt.time(), tzinfo=dt.UTC)
 
     @property
     def warehouse_start(self) -> dt.datetime:
         """The first event's earliest time; the batches and enriched runs follow it."""
-        return dt.datetime.combine(self._days(AFTER_VISITS, 1)[0], dt.time(9), tzinfo=dt.UTC)
+        return dt.datetime.combine(self._day(AFTER_VISITS), dt.time(9), tzinfo=dt.UTC)
 
 
 def default_start(today: dt.date | None = None) -> dt.date:
