@@ -47,8 +47,10 @@ test-slow: setup
 	  apt-get update -qq && apt-get install -y -qq chromium >> .data/setup.log 2>&1; }
 	$(PY) -m pytest -m slow
 
+# The long-lived Spark (Spark Connect on 127.0.0.1:15002) and `dagster dev` (UI on
+# http://127.0.0.1:3000); Ctrl-C stops both. ARGS go to `dagster dev`, e.g. ARGS="-p 3001".
 dev: setup
-	$(VENV)/bin/dagster dev -w workspace.yaml
+	$(PY) platform/dev.py $(ARGS)
 
 # Cost ratios; `LAKEHOUSE_ENGINE=delta-spark make bench` times the Overwriting and MERGE
 # bounds on delta-spark.

@@ -30,6 +30,7 @@ from demo.generate import write_initial_files, write_late_files
 from demo.report import checksum, compare_with_previous
 from demo.runs import materializations
 from resources.jvm_output import stderr_to
+from resources.spark_server import long_lived_spark, server_state
 from sensors import visits_late_files
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +53,10 @@ def main() -> int:
     print(f"Spark, Dagster and set-up output: {log}")
     # Dagster's console log and whatever else writes to standard error go to the log
     # file: the terminal shows the report alone; an error still reaches it on the way out.
-    with stderr_to(log):
+    with stderr_to(log), long_lived_spark(server_state(home), os.environ) as spark_env:
+        # The demo's own reads, the `dagster dev` it may start and so every run attach
+        # to the long-lived Spark (a `make dev` already up has its own).
+        os.environ.update(spark_env)
         defs = load_definitions()
         instance = dg.DagsterInstance.get()
         # Resolved as a run resolves them (dg.EnvVar settings read now), because the

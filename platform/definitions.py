@@ -44,6 +44,7 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
     spark = SparkResource(
         master=env.get("SPARK_MASTER", "local[*]"),
         remote=env.get("SPARK_REMOTE", ""),
+        server_state=env.get("SPARK_SERVER_STATE", ""),
         master_ui=env.get("SPARK_MASTER_UI", ""),
         executor_memory=env.get("SPARK_EXECUTOR_MEMORY", "2g"),
         cores_max=int(env.get("SPARK_CORES_MAX", "0")),

@@ -9,7 +9,7 @@ prints the `sc://` URL to give SPARK_REMOTE (its Spark runs on the cluster when 
 up, else `local[*]`, with Delta loaded). The processes are Spark's own (`spark-class
 ...deploy.master.Master` / `...Worker`, SparkSubmit of `SparkConnectServer`), started
 detached in their own process groups; pids, ports and logs are kept under the state
-directory (default `.data/spark-cluster`), so `down` stops exactly them.
+directory (default `.data/spark`), so `down` stops exactly them.
 Run as a script (`platform/` is not a package: `platform` is a stdlib module name).
 """
 
@@ -18,9 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -28,44 +25,27 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT_ROOT))
-HOST = "127.0.0.1"
+
+from resources.spark_server import (  # noqa: E402
+    HOST,
+    ServerDescription,
+    SparkServer,
+    free_port,
+    server_config,
+    start_daemon,
+    stop_processes,
+)
+
 WORKERS = 2
 
 
-def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
 def _daemon(state: Path, name: str, args: list[str], **settings: str) -> int:
-    from resources.spark import ensure_java
-
     env = {
-        **os.environ,
         **settings,
-        "SPARK_HOME": str(spark_home()),
-        "JAVA_HOME": ensure_java(),
-        "SPARK_LOCAL_IP": HOST,
         "SPARK_LOG_DIR": str(state / "logs"),
         "SPARK_WORKER_DIR": str(state / "work"),
     }
-    log = (state / "logs" / f"{name}.log").open("ab")
-    process = subprocess.Popen(
-        [str(spark_home() / "bin" / "spark-class"), *args],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,  # its own process group: `down` stops the JVM and its shell
-    )
-    return process.pid
+    return start_daemon(state / "logs" / f"{name}.log", args, env)
 
 
 def _master_status(ui_port: int) -> dict | None:
@@ -119,97 +99,33 @@ def up(state: Path, *, worker_cores: int, worker_memory: str, timeout: float = 1
     raise SystemExit(f"the cluster did not come up in {timeout:.0f} s; logs in {state / 'logs'}")
 
 
-CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
-
-
-def connect(state: Path, *, timeout: float = 180) -> dict:
-    """Start a Spark Connect server: one long-lived Spark that run processes attach to."""
-    described = state / "connect.json"
-    if described.exists():
-        raise SystemExit(f"a Spark Connect server is already described in {described}")
-    for folder in ("logs", "work"):
-        (state / folder).mkdir(parents=True, exist_ok=True)
-    from resources.object_store import S3_ENVIRONMENT, storage_from_environment
-    from resources.spark import SparkResource
-
+def connect(state: Path) -> ServerDescription:
+    """The long-lived Spark (Spark Connect) that run processes attach to, kept until
+    `down`: on the cluster when one is up, else `local[*]`; reused when already up."""
     cluster = state / "cluster.json"
     master = json.loads(cluster.read_text())["master_url"] if cluster.exists() else "local[*]"
-    # Runs attached to this server write `s3://` tables through its Spark: it needs the
-    # object store's settings (from the same AWS_* variables a run reads) when they are set.
-    s3 = (
-        storage_from_environment(os.environ, deferred=False)
-        if any(os.environ.get(var) for var in S3_ENVIRONMENT.values())
-        else None
+    server, _ = SparkServer(state / "connect").ensure(
+        master=master, config=server_config(os.environ, master), owner=0
     )
-    port = free_port()
-    config = {
-        **SparkResource(master=master, ui_enabled=True, s3=s3).spark_config(),
-        "spark.app.name": "idempotent-lakehouse (Spark Connect)",
-        "spark.connect.grpc.binding.address": HOST,
-        "spark.connect.grpc.binding.port": str(port),
-    }
-    args = ["org.apache.spark.deploy.SparkSubmit", "--class", CONNECT_SERVER]
-    for key, value in config.items():
-        args += ["--conf", f"{key}={value}"]
-    pid = _daemon(state, "spark-connect", args)
-    server = {"remote": f"sc://{HOST}:{port}", "master": master, "pids": [pid]}
-    described.write_text(json.dumps(server, indent=2))
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection((HOST, port), timeout=1).close()
-            return server
-        except OSError:
-            if not _alive(pid):
-                break
-            time.sleep(0.5)
-    down(state)
-    raise SystemExit(f"Spark Connect did not come up; logs in {state / 'logs'}")
+    return server
 
 
 def down(state: Path) -> list[int]:
     """Stop the processes `up` and `connect` started (by pid, process group and all);
     returns them."""
-    stopped = []
-    for name in ("connect.json", "cluster.json"):
-        described = state / name
-        if described.exists():
-            stopped += _stop(json.loads(described.read_text())["pids"])
-            described.unlink()
+    server = SparkServer(state / "connect").stop()
+    stopped = [server.pid] if server else []
+    described = state / "cluster.json"
+    if described.exists():
+        stopped += stop_processes(json.loads(described.read_text())["pids"])
+        described.unlink()
     return stopped
-
-
-def _stop(pids: list[int]) -> list[int]:
-    for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-    deadline = time.monotonic() + 30
-    for pid in pids:
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.2)
-        if _alive(pid):
-            os.killpg(pid, signal.SIGKILL)
-    return pids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A child that exited but was not reaped by its (gone) parent counts as stopped.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return True
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["up", "connect", "down"])
-    parser.add_argument("--state", type=Path, default=PROJECT_ROOT / ".data" / "spark-cluster")
+    parser.add_argument("--state", type=Path, default=PROJECT_ROOT / ".data" / "spark")
     parser.add_argument("--worker-cores", type=int, default=1)
     parser.add_argument("--worker-memory", default="3g")
     args = parser.parse_args()
@@ -221,8 +137,9 @@ def main() -> None:
         print("  stop it with `make cluster-down`")
     elif args.command == "connect":
         server = connect(args.state)
-        print(f"Spark Connect server (Spark on {server['master']}) on {HOST}")
-        print(f"  export SPARK_REMOTE={server['remote']}")
+        print(f"Spark Connect server (Spark on {server.master}) on {HOST}, log {server.log}")
+        print(f"  export SPARK_REMOTE={server.remote}")
+        print(f"  export SPARK_SERVER_STATE={args.state / 'connect'}  # runs revive it")
         print("  stop it with `make cluster-down`")
     else:
         stopped = down(args.state)

@@ -86,6 +86,10 @@ class SparkResource(dg.ConfigurableResource):
     """Spark Connect URL of a long-lived Spark (SPARK_REMOTE, `sc://host:port`): runs attach
     to it instead of booting a JVM each; `master`, jars and S3 settings are then the
     server's."""
+    server_state: str = ""
+    """The folder describing the long-lived Spark behind `remote` when `make dev` or `make
+    demo` started it (SPARK_SERVER_STATE): a run that finds it dead starts a new one
+    there (resources/spark_server.py). Empty: `remote` is the user's own server."""
     app_name: str = "idempotent-lakehouse"
     shuffle_partitions: int = 4
     executor_memory: str = "2g"
@@ -176,6 +180,7 @@ class SparkResource(dg.ConfigurableResource):
             if self._remote_session is None:
                 from pyspark.sql import SparkSession
 
+                self._require_server()
                 builder = SparkSession.builder.remote(self.remote)
                 for key, value in self.session_config().items():
                     builder = builder.config(key, value)
@@ -189,6 +194,22 @@ class SparkResource(dg.ConfigurableResource):
                 self._lazy.spark_session  # noqa: B018 - starts the JVM, its output captured
             self.forward_jvm_output()
         return self._lazy.spark_session
+
+    def _require_server(self) -> None:
+        """The server behind `remote` answers, or this says why in one line: a managed
+        one that died is started again; the user's own is theirs to start."""
+        from resources.spark_server import SparkServerError, answers, remote_address, revive
+
+        if self.server_state:
+            say = self._log.warning if self._log is not None else print
+            revive(self.remote, self.server_state, say=say)
+            return
+        host, port = remote_address(self.remote)
+        if not answers(host, port):
+            raise SparkServerError(
+                f"no Spark Connect server answers at {self.remote} (SPARK_REMOTE): start it "
+                "(`make spark-connect`), or unset SPARK_REMOTE to run Spark in the process"
+            )
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._log = context.log

@@ -1,0 +1,362 @@
+"""The long-lived Spark: one Spark Connect server on 127.0.0.1 that every run attaches to.
+
+Booting a JVM costs a run 5 to 8 s on these machines, plus its share of 2 cores; a run
+attached to a warm Spark pays a gRPC handshake instead. `make dev` and `make demo` start
+one server from pyspark's own distribution (`SparkSubmit` of `SparkConnectServer`, Delta
+loaded from set-up's jar cache) and give its `sc://` URL to every run through
+SPARK_REMOTE, with SPARK_SERVER_STATE naming the folder that describes it.
+
+That folder (`server.json`: URL, port, pid, log, who started it) is what makes the server
+manageable by anyone who finds it there:
+- `ensure()` reuses a server that answers, and starts one (on the port it had, so the URL
+  the runs were given stays right) when there is none or it died;
+- a run whose server died calls `ensure()` too: it logs one line and starts a new one,
+  instead of failing with a gRPC traceback;
+- `stop()` ends it by its pid, process group and all.
+A file lock makes the check-and-start one step, so runs finding the server dead at once
+start one server between them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+HOST = "127.0.0.1"
+DEFAULT_PORT = 15002
+"""Spark Connect's own default port: taken when free, else any free one."""
+CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
+START_TIMEOUT = 180.0
+REMOTE_ENV = "SPARK_REMOTE"
+STATE_ENV = "SPARK_SERVER_STATE"
+
+
+class SparkServerError(RuntimeError):
+    """The long-lived Spark could not be reached or started."""
+
+
+@dataclass(frozen=True)
+class ServerDescription:
+    remote: str
+    port: int
+    pid: int
+    master: str
+    log: str
+    owner: int
+    """Pid of the process that started the server first (`make dev`, the demo): the one
+    that stops it on its way out. 0: kept until `make cluster-down` (`make spark-connect`)."""
+
+    @property
+    def orphaned(self) -> bool:
+        """Its starter has exited without stopping it (and it is not a kept server)."""
+        return self.owner != 0 and not alive(self.owner)
+
+
+def remote_address(remote: str) -> tuple[str, int]:
+    """(host, port) of a Spark Connect URL, `sc://host:port/;param=value`."""
+    parsed = urlparse(remote.split(";", 1)[0])
+    if parsed.scheme != "sc" or not parsed.hostname:
+        raise SparkServerError(f"not a Spark Connect URL (sc://host:port): {remote!r}")
+    return parsed.hostname, parsed.port or DEFAULT_PORT
+
+
+def answers(host: str, port: int, *, timeout: float = 1.0) -> bool:
+    """Whether something accepts connections at host:port."""
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def free_port(preferred: int | None = None) -> int:
+    with socket.socket() as s:
+        if preferred:
+            try:
+                s.bind((HOST, preferred))
+                return preferred
+            except OSError:
+                pass
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def start_daemon(log: Path, args: list[str], env: Mapping[str, str]) -> int:
+    """`spark-class ARGS` detached in a process group of its own (so a Ctrl-C in the
+    terminal that started it does not reach it, and it can be stopped whole by its pid),
+    its output appended to `log`. Returns its pid."""
+    from resources.spark import ensure_java
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            [str(spark_home() / "bin" / "spark-class"), *args],
+            env={
+                **os.environ,
+                **env,
+                "SPARK_HOME": str(spark_home()),
+                "JAVA_HOME": ensure_java(),
+                "SPARK_LOCAL_IP": HOST,
+            },
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return process.pid
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A child that exited but was not reaped by its (gone) parent counts as stopped.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def stop_processes(pids: list[int], *, grace: float = 30.0) -> list[int]:
+    """SIGTERM each pid's process group, SIGKILL what is left after `grace` seconds."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for pid in pids:
+        while time.monotonic() < deadline and alive(pid):
+            time.sleep(0.2)
+        if alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+    return pids
+
+
+class SparkServer:
+    """The Spark Connect server described in `state` (a folder of its own)."""
+
+    def __init__(self, state: Path | str) -> None:
+        self.state = Path(state)
+        self.described = self.state / "server.json"
+
+    def description(self) -> ServerDescription | None:
+        try:
+            return ServerDescription(**json.loads(self.described.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def running(self) -> ServerDescription | None:
+        """The description, when its process lives and its port answers."""
+        described = self.description()
+        if described and alive(described.pid) and answers(HOST, described.port):
+            return described
+        return None
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.state.mkdir(parents=True, exist_ok=True)
+        with (self.state / "lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def ensure(
+        self,
+        *,
+        master: str = "local[*]",
+        config: Mapping[str, str] | None = None,
+        port: int | None = None,
+        owner: int | None = None,
+        say: Callable[[str], None] | None = None,
+        timeout: float = START_TIMEOUT,
+    ) -> tuple[ServerDescription, bool]:
+        """The running server, started first when there is none (or it died); returns it
+        and whether this call started it. A dead server's successor takes its port (the
+        URL runs were given) and its owner, unless that one has exited. `config` is the
+        server's Spark configuration (`server_config`); `owner` defaults to this process."""
+        with self._locked():
+            running = self.running()
+            if running is not None:
+                return running, False
+            previous = self.description()
+            if previous is not None:
+                stop_processes([previous.pid], grace=5)
+                if say:
+                    say(
+                        f"The long-lived Spark at {previous.remote} is not answering "
+                        f"(pid {previous.pid}, log {previous.log}); starting a new one."
+                    )
+            chosen = port or (previous.port if previous else free_port(DEFAULT_PORT))
+            if answers(HOST, chosen):
+                raise SparkServerError(
+                    f"port {chosen} on {HOST} is taken by another process, not the Spark "
+                    f"described in {self.described}: stop it, or set SPARK_CONNECT_PORT"
+                )
+            server = self._start(
+                master=master,
+                config=config or {},
+                port=chosen,
+                owner=(
+                    previous.owner
+                    if previous and not previous.orphaned
+                    else os.getpid()
+                    if owner is None
+                    else owner
+                ),
+            )
+            self._wait(server, timeout)
+            return server, True
+
+    def _start(
+        self, *, master: str, config: Mapping[str, str], port: int, owner: int
+    ) -> ServerDescription:
+        log = self.state / "spark-connect.log"
+        settings = {
+            **config,
+            "spark.master": master,
+            "spark.app.name": "idempotent-lakehouse (long-lived Spark)",
+            "spark.connect.grpc.binding.address": HOST,
+            "spark.connect.grpc.binding.port": str(port),
+        }
+        args = ["org.apache.spark.deploy.SparkSubmit", "--class", CONNECT_SERVER]
+        for key, value in settings.items():
+            args += ["--conf", f"{key}={value}"]
+        # Its scratch files (Derby, spark-warehouse) stay in its own folder.
+        with contextlib.chdir(self.state):
+            pid = start_daemon(log, args, {"SPARK_LOG_DIR": str(self.state)})
+        server = ServerDescription(
+            remote=f"sc://{HOST}:{port}",
+            port=port,
+            pid=pid,
+            master=master,
+            log=str(log),
+            owner=owner,
+        )
+        partial = self.described.with_suffix(".partial")
+        partial.write_text(json.dumps(asdict(server), indent=2))
+        partial.replace(self.described)
+        return server
+
+    def _wait(self, server: ServerDescription, timeout: float) -> None:
+        """Until the server answers; a server that does not (or a wait interrupted by
+        Ctrl-C) is stopped and forgotten."""
+        deadline = time.monotonic() + timeout
+        try:
+            while not answers(HOST, server.port):
+                if not alive(server.pid) or time.monotonic() > deadline:
+                    raise SparkServerError(
+                        f"the long-lived Spark did not come up on {HOST}:{server.port} in "
+                        f"{timeout:.0f} s; its log: {server.log}"
+                    )
+                time.sleep(0.3)
+        except BaseException:
+            stop_processes([server.pid], grace=5)
+            self.described.unlink(missing_ok=True)
+            raise
+
+    def stop(self) -> ServerDescription | None:
+        """Stop the described server by its pid; returns what was stopped."""
+        with self._locked():
+            described = self.description()
+            if described is None:
+                return None
+            stop_processes([described.pid])
+            self.described.unlink(missing_ok=True)
+            return described
+
+
+def server_state(dagster_home: Path) -> Path:
+    """Where the long-lived Spark of a Dagster instance is described: beside the instance,
+    in its data folder (`.data/spark/connect` for the project's default instance), so
+    deployments with other settings (another object store) never share one."""
+    return dagster_home.parent / "spark" / "connect"
+
+
+def server_config(env: Mapping[str, str], master: str = "local[*]") -> dict[str, str]:
+    """The Spark configuration of the long-lived Spark for a deployment configured by
+    `env`: Delta loaded from the jar cache, and the object store's settings when the
+    AWS_* variables name one (runs attached to it write `s3://` tables through it)."""
+    from resources.object_store import S3_ENVIRONMENT, storage_from_environment
+    from resources.spark import SparkResource
+
+    s3 = (
+        storage_from_environment(env, deferred=False)
+        if any(env.get(var) for var in S3_ENVIRONMENT.values())
+        else None
+    )
+    resource = SparkResource(
+        master=master,
+        ui_enabled=True,
+        driver_memory=env.get("SPARK_DRIVER_MEMORY", ""),
+        delta_jars=env.get("DELTA_SPARK_JARS", ""),
+        s3=s3,
+    )
+    return {key: str(value) for key, value in resource.spark_config().items()}
+
+
+def revive(remote: str, state: str, *, say: Callable[[str], None]) -> None:
+    """Before a run attaches to `remote`: if it is the long-lived Spark described in
+    `state` and it stopped answering, start a new one on its port (one line to `say`)."""
+    host, port = remote_address(remote)
+    if answers(host, port):
+        return
+    server = SparkServer(state)
+    described = server.description()
+    master = described.master if described else "local[*]"
+    server.ensure(master=master, config=server_config(os.environ, master), port=port, say=say)
+
+
+@contextlib.contextmanager
+def long_lived_spark(
+    state: Path, env: Mapping[str, str], *, say: Callable[[str], None] = print
+) -> Iterator[dict[str, str]]:
+    """For `make dev` and `make demo`: the variables that point runs at the long-lived
+    Spark (a server already up is reused, else one is started and stopped on the way out,
+    also on Ctrl-C). Empty when the user chose a Spark with SPARK_REMOTE or SPARK_MASTER:
+    theirs wins, and nothing is started."""
+    if env.get(REMOTE_ENV) or env.get("SPARK_MASTER"):
+        chosen = env.get(REMOTE_ENV) or env.get("SPARK_MASTER")
+        say(f"Spark:            {chosen} (yours, from the environment; nothing started)")
+        yield {}
+        return
+    server = SparkServer(state)
+    port = int(env["SPARK_CONNECT_PORT"]) if env.get("SPARK_CONNECT_PORT") else None
+    started = time.monotonic()
+    described, started_here = server.ensure(config=server_config(env), port=port, say=say)
+    if started_here:
+        say(
+            f"Spark:            {described.remote} (long-lived Spark Connect, pid "
+            f"{described.pid}, started in {time.monotonic() - started:.0f} s; log "
+            f"{described.log})"
+        )
+    else:
+        say(f"Spark:            {described.remote} (the long-lived Spark already up)")
+    try:
+        yield {REMOTE_ENV: described.remote, STATE_ENV: str(state)}
+    finally:
+        current = server.description()
+        # Ours, or orphaned (its starter, e.g. a demo beside `make dev`, has exited).
+        if current is not None and (current.owner == os.getpid() or current.orphaned):
+            server.stop()
+            say(f"Stopped the long-lived Spark (pid {current.pid}).")
