@@ -11,7 +11,7 @@ Restore, the sensors and the checks therefore see no difference between the two.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import dagster as dg
@@ -42,6 +42,11 @@ def run_partitions(first: str, last: str) -> tuple[str | None, dict[str, str]]:
         "dagster/asset_partition_range_start": first,
         "dagster/asset_partition_range_end": last,
     }
+
+
+def run_span(keys: Sequence[str]) -> str:
+    """The run's partitions as one key, or its range as `first..last`."""
+    return keys[0] if len(keys) == 1 else f"{keys[0]}..{keys[-1]}"
 
 
 # The facts a progress line names, when a partition's metadata has them.

@@ -46,7 +46,9 @@ class SourceDataError(ValueError):
     """Source files that cannot be ingested; nothing was written."""
 
     def __init__(self, source: str, problems: Sequence[Problem], *, more: bool = False) -> None:
+        self.source = source
         self.problems = list(problems)
+        self.more = more
         lines = "\n".join(f"  {p}" for p in self.problems)
         tail = "\n  ... and more" if more else ""
         super().__init__(f"rejected {source} source data (nothing was written):\n{lines}{tail}")
@@ -163,6 +165,8 @@ class FileFacts:
     """One per listed file, in path order."""
     lines: int
     """Non-blank lines read."""
+    lines_by_file: dict[str, int]
+    """Non-blank lines read, per file (landing path)."""
 
 
 def file_facts(rows: DataFrame, files: Sequence[FileStat]) -> FileFacts:
@@ -180,6 +184,7 @@ def file_facts(rows: DataFrame, files: Sequence[FileStat]) -> FileFacts:
         )
         .collect()
     }
+    counted = dict(seen)
     lines = sum(row.lines for row in seen.values())
     fingerprints, problems = [], []
     for stat in sorted(files, key=lambda s: s.path):
@@ -195,7 +200,7 @@ def file_facts(rows: DataFrame, files: Sequence[FileStat]) -> FileFacts:
         raise SourceDataError("landed", problems)
     if seen:
         raise RuntimeError(f"Spark read files that were not listed: {sorted(seen)[:5]}")
-    return FileFacts(fingerprints, lines)
+    return FileFacts(fingerprints, lines, {path: row.lines for path, row in counted.items()})
 
 
 def first_problems(source: str, rows: DataFrame, problem: Column) -> None:

@@ -15,12 +15,14 @@ import dagster as dg
 from assets.materialization import commit_metadata, partition_slice
 from assets.overwriting.calendar import parse_day
 from assets.overwriting.visit_first_seen import record_first_seen
-from assets.overwriting.visits_source import parse_landed_visits
-from assets.partition_range import SINGLE_RUN, materialize_partitions
+from assets.overwriting.visits_source import VisitDay, parse_visit_days
+from assets.partition_range import SINGLE_RUN, materialize_partitions, run_span
 from assets.progress import Progress
+from assets.source_files import SourceDataError
 from assets.transactional_writer import transactional_metadata, write_partition_once
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import AppTransaction, CommitResult
+from resources.lakehouse.parts import no_rows
 from resources.lakehouse.predicates import eq
 
 VISITS_DAILY = "visits_daily"
@@ -44,62 +46,75 @@ def visits_daily(
 ) -> dg.MaterializeResult:
     """Visits of one day (UTC), stored in the `visits_daily` Delta table partitioned by
     `event_date`. Materializing a day replaces that day only (replaceWhere); duplicate
-    visit_ids are kept once. A backfilled range is one run, one commit per day. Reclaim
-    replaced files with the `vacuum_table` job."""
+    visit_ids are kept once. A backfilled range is one run and one Spark pass over all its
+    files, then one commit per day. Reclaim replaced files with the `vacuum_table` job."""
+    keys = context.partition_keys
+    days = [parse_day(key) for key in keys]
+    progress = Progress(context.log, f"{VISITS_DAILY} {run_span(keys)}")
+    with progress.phase("read") as read:
+        parsed = parse_visit_days(spark.session(), landing, lakehouse, days)
+        days_read = [day for day, outcome in parsed.days.items() if isinstance(outcome, VisitDay)]
+        read_days = [parsed.days[day] for day in days_read]
+        read.update(
+            days=len(days_read),
+            refused=len(days) - len(days_read),
+            files=sum(len(day.sources) for day in read_days),
+            lines_read=sum(day.lines_read for day in read_days),
+            duplicates_dropped=sum(day.duplicates_dropped for day in read_days),
+        )
+    if parsed.rows is not None:
+        # When each visit was first seen, before the days themselves: a crash in between
+        # is repaired by the retry, which records nothing twice.
+        with progress.phase("first seen"):
+            record_first_seen(
+                lakehouse,
+                parsed.rows,
+                days_read,
+                seen_at=dt.datetime.now(dt.UTC),
+                run_id=context.run_id,
+                metadata=commit_metadata(context, partition_key=run_span(keys)),
+            )
 
     def materialize_day(partition_key: str) -> dict[str, Any]:
         day = parse_day(partition_key)
-        progress = Progress(context.log, f"{VISITS_DAILY} {partition_key}")
-        with progress.phase("read") as read:
-            parsed = parse_landed_visits(spark.session(), landing, [day])
-            read.update(files=len(parsed.sources), **parsed.facts())
-        metadata = commit_metadata(context, partition_key=partition_key, sources=parsed.sources)
+        visits = parsed.days[day]
+        if isinstance(visits, SourceDataError):
+            raise visits
+        metadata = commit_metadata(context, partition_key=partition_key, sources=visits.sources)
 
         def write(app_transaction: AppTransaction, facts: Mapping[str, Any]) -> CommitResult:
-            # When each visit was first seen, before the day itself: a crash in between
-            # is repaired by the retry, which records nothing twice.
-            record_first_seen(
-                lakehouse,
-                parsed.frame,
-                day,
-                seen_at=dt.datetime.now(dt.UTC),
-                run_id=context.run_id,
-                metadata=metadata,
-            )
             return lakehouse.overwrite(
                 VISITS_DAILY,
-                parsed.frame,
+                visits.rows,
                 where=eq("event_date", day),
                 partition_by=["event_date"],
                 metadata={**metadata, **facts},
                 app_transaction=app_transaction,
             )
 
-        with progress.phase("write") as written:
-            outcome = write_partition_once(
-                context,
-                lakehouse,
-                partition_key=partition_key,
-                table=VISITS_DAILY,
-                sources=parsed.sources,
-                write=write,
-                create_empty=lambda: lakehouse.append(
-                    VISITS_DAILY,
-                    parsed.frame.limit(0),
-                    partition_by=["event_date"],
-                    metadata=metadata,
-                ),
-            )
-            written.update(outcome.progress())
-        with progress.phase("metadata"):
-            return transactional_metadata(
-                lakehouse,
-                outcome,
-                table=VISITS_DAILY,
-                partition_key=partition_key,
-                sources=parsed.sources,
-                extra={**parsed.facts(), **partition_slice("event_date", day)},
-            )
+        outcome = write_partition_once(
+            context,
+            lakehouse,
+            partition_key=partition_key,
+            table=VISITS_DAILY,
+            sources=visits.sources,
+            write=write,
+            create_empty=lambda: lakehouse.append(
+                VISITS_DAILY,
+                no_rows(visits.rows),
+                partition_by=["event_date"],
+                metadata=metadata,
+            ),
+        )
+        return transactional_metadata(
+            lakehouse,
+            outcome,
+            table=VISITS_DAILY,
+            partition_key=partition_key,
+            sources=visits.sources,
+            extra={**visits.facts(), **partition_slice("event_date", day)},
+        )
 
-    materialize_partitions(context, materialize_day, on_failure="continue")
+    with progress.phase("write"):
+        materialize_partitions(context, materialize_day, on_failure="continue")
     return dg.MaterializeResult()

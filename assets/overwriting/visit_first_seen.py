@@ -7,16 +7,19 @@ Partitioned by event date, and the MERGE is pinned to the day, so its cost follo
 day, not the history.
 """
 
+from __future__ import annotations
+
 import datetime as dt
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from resources.lakehouse import Lakehouse, WhenNotMatchedInsert
-from resources.lakehouse.predicates import eq
+from resources.lakehouse.predicates import is_in
+
+if TYPE_CHECKING:
+    from resources.lakehouse.port import Data
 
 FIRST_SEEN = "visit_first_seen"
 FIRST_SEEN_SCHEMA = pa.schema(
@@ -32,14 +35,15 @@ FIRST_SEEN_SCHEMA = pa.schema(
 
 def record_first_seen(
     lakehouse: Lakehouse,
-    visits: DataFrame,
-    day: dt.date,
+    visits: Data,
+    days: Sequence[dt.date],
     *,
     seen_at: dt.datetime,
     run_id: str,
     metadata: Mapping[str, Any],
 ) -> None:
-    """Record `seen_at` for the visits of `day` that were never seen before."""
+    """Record `seen_at` for the visits of `days` (Arrow or a DataFrame) that were never
+    seen before: one MERGE for a whole range, pinned to its days."""
     if not lakehouse.exists(FIRST_SEEN):
         lakehouse.append(
             FIRST_SEEN,
@@ -47,17 +51,26 @@ def record_first_seen(
             partition_by=["event_date"],
             metadata=metadata,
         )
-    source = visits.select(
-        "visit_id",
-        "user_id",
-        "event_date",
-        F.lit(seen_at).cast("timestamp").alias("first_seen_at"),
-        F.lit(run_id).alias("dagster_run_id"),
-    )
     lakehouse.merge(
         FIRST_SEEN,
-        source,
-        on=f"{eq('t.event_date', day).render(lakehouse.dialect)} AND t.visit_id = s.visit_id",
+        _first_seen_rows(visits, seen_at=seen_at, run_id=run_id),
+        on=f"{is_in('t.event_date', days).render(lakehouse.dialect)} AND t.visit_id = s.visit_id",
         clauses=[WhenNotMatchedInsert()],
         metadata=metadata,
+    )
+
+
+def _first_seen_rows(visits: Data, *, seen_at: dt.datetime, run_id: str) -> Data:
+    keys = ["visit_id", "user_id", "event_date"]
+    if hasattr(visits, "__arrow_c_stream__"):
+        rows = visits.select(keys)
+        return rows.append_column(
+            "first_seen_at", pa.array([seen_at] * rows.num_rows, pa.timestamp("us", tz="UTC"))
+        ).append_column("dagster_run_id", pa.array([run_id] * rows.num_rows, pa.string()))
+    from pyspark.sql import functions as F
+
+    return visits.select(
+        *keys,
+        F.lit(seen_at).cast("timestamp").alias("first_seen_at"),
+        F.lit(run_id).alias("dagster_run_id"),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -27,7 +28,11 @@ from assets.source_files import (
     read_lines,
     wrong_kind,
 )
+from resources.lakehouse import Lakehouse
 from resources.landing import FileStat, Fingerprint, LandingZone
+
+if TYPE_CHECKING:
+    from resources.lakehouse.port import Data
 
 VISIT_FIELDS = T.StructType(
     [
@@ -61,6 +66,7 @@ class ParsedVisits:
     sources: list[Fingerprint]
     lines_read: int
     duplicates_dropped: int
+    lines_by_file: dict[str, int]
 
     def facts(self) -> dict[str, int]:
         """What a materialization reports about its input."""
@@ -122,13 +128,19 @@ def _problem(record: Column, variant: Column, event_time: Column) -> Column:
 
 
 def parse_visits(
-    spark: SparkSession, landing: LandingZone, files: Sequence[FileStat]
+    spark: SparkSession,
+    landing: LandingZone,
+    files: Sequence[FileStat],
+    *,
+    unique_per: Literal["files", "day"] = "files",
 ) -> ParsedVisits:
     """Parse and validate landed visit files; raises SourceDataError naming every bad
     file and line it found (up to a limit) before anything can be written.
 
     A visit delivered twice (a duplicated file, a re-sent line) is kept once: the copy
     from the first file and line in path order, so the choice never depends on timing.
+    `unique_per="day"` keeps a visit once per event day instead of once among all the
+    files: what parsing each day on its own would keep.
     """
     problems = _misplaced(files) or empty_files(files)
     if problems:
@@ -152,7 +164,8 @@ def parse_visits(
     try:
         first_problems("visits", parsed, F.col("problem"))
         facts = file_facts(parsed, files)
-        first_copy = Window.partitionBy("visit_id").orderBy("source_file", "source_line")
+        key = ["event_date", "visit_id"] if unique_per == "day" else ["visit_id"]
+        first_copy = Window.partitionBy(*key).orderBy("source_file", "source_line")
         visits = (
             parsed.select(
                 F.col("record.visit_id").alias("visit_id"),
@@ -173,4 +186,74 @@ def parse_visits(
         kept = visits.count()
     finally:
         parsed.unpersist()
-    return ParsedVisits(visits, facts.fingerprints, facts.lines, facts.lines - kept)
+    return ParsedVisits(
+        visits, facts.fingerprints, facts.lines, facts.lines - kept, facts.lines_by_file
+    )
+
+
+@dataclass(frozen=True)
+class VisitDay:
+    """One day's valid visits out of a range parsed in one pass, with what parsing saw."""
+
+    rows: Data
+    """In the form the lakehouse writes from (`Lakehouse.staged_parts`)."""
+    sources: list[Fingerprint]
+    lines_read: int
+    duplicates_dropped: int
+
+    def facts(self) -> dict[str, int]:
+        """What a materialization reports about its input."""
+        return {"lines_read": self.lines_read, "duplicates_dropped": self.duplicates_dropped}
+
+
+@dataclass(frozen=True)
+class VisitDays:
+    """A range of days parsed in one pass."""
+
+    days: dict[dt.date, VisitDay | SourceDataError]
+    """Each day's visits, or the error that refuses it."""
+    rows: Data | None
+    """The visits of every day that parsed (None when none did)."""
+
+
+def parse_visit_days(
+    spark: SparkSession, landing: LandingZone, lakehouse: Lakehouse, days: Sequence[dt.date]
+) -> VisitDays:
+    """Every visits file of `days` read, parsed and checked in one Spark pass (a few jobs
+    for the whole range, not a few per day), then split by day: each day's visits, or the
+    error that refuses it, worded as a run of that day alone would word it.
+
+    A day whose files are bad is taken out and the pass made again over the others, so
+    one bad day never holds back the rest. Problems are listed in path order, which is
+    day order (`visits/date=YYYY-MM-DD/`): every day but the last one listed is complete;
+    the last one, maybe cut short by the limit, is parsed again to be reported whole."""
+    files = {day: landing.list(day_folder(day), suffix=".jsonl", recursive=False) for day in days}
+    refused: dict[dt.date, SourceDataError] = {}
+    while True:
+        remaining = [day for day in days if day not in refused]
+        listed = [stat for day in remaining for stat in files[day]]
+        try:
+            parsed = parse_visits(spark, landing, listed, unique_per="day")
+            break
+        except SourceDataError as error:
+            by_day: dict[dt.date | None, list[Problem]] = {}
+            for problem in error.problems:
+                by_day.setdefault(day_of_file(problem.file), []).append(problem)
+            if None in by_day:
+                raise
+            cut_short = error.more
+            if cut_short and len(by_day) > 1:
+                by_day.popitem()  # the last day listed: its list may be cut short
+                cut_short = False
+            for day, problems in by_day.items():
+                refused[day] = SourceDataError(error.source, problems, more=cut_short)
+        if len(refused) == len(days):
+            return VisitDays(dict(refused), None)
+    parts = lakehouse.staged_parts(parsed.frame, "event_date")
+    outcome: dict[dt.date, VisitDay | SourceDataError] = dict(refused)
+    for day in remaining:
+        sources = [f for f in parsed.sources if day_of_file(f.path) == day]
+        rows, kept = parts.part(day)
+        read = sum(parsed.lines_by_file.get(f.path, 0) for f in sources)
+        outcome[day] = VisitDay(rows, sources, read, read - kept)
+    return VisitDays(outcome, parts.data)

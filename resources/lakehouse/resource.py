@@ -16,6 +16,7 @@ from pyarrow import fs as pafs
 from pydantic import PrivateAttr
 
 from resources.lakehouse import port
+from resources.lakehouse.parts import StagedParts, staged_parts
 from resources.lakehouse.predicates import Dialect, Predicate, Value
 from resources.object_store import S3Storage, is_object_store, object_path
 from resources.spark import SparkResource
@@ -225,6 +226,13 @@ class Lakehouse(dg.ConfigurableResource):
     def app_transaction_versions(self, table: str, app_ids: Sequence[str]) -> dict[str, int]:
         """The versions `table` records for these app ids (ids it never saw are left out)."""
         return self._delta().app_transaction_versions(self.uri(table), app_ids)
+
+    def staged_parts(self, frame: DataFrame, column: str) -> StagedParts:
+        """`frame`, the rows of several partitions, split by `column` in the form this
+        engine writes from with the least work: delta-rs collects the frame to Arrow once
+        (each write would collect its part anyway, a Spark job each) and slices it;
+        delta-spark keeps each part on the cluster. Checkpoint `frame` first."""
+        return staged_parts(frame, column, collect=self.engine == "delta-rs")
 
     # -- writes -------------------------------------------------------------------------
 

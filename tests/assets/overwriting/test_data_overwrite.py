@@ -302,21 +302,23 @@ def test_a_backfill_as_several_concurrent_runs_lands_every_partition(
 
 @pytest.mark.long_on_delta_spark
 def test_each_partition_reports_its_phases_in_the_runs_log(resources, instance, three_days):
-    """A long step says where it is: per partition, what each phase read or wrote and
-    how long it took."""
+    """A long step says where it is: what the range's one read pass and its writes did
+    and how long they took, and per partition its commit."""
     result = materialize_range(resources, instance)
-    messages = [
-        record.user_message
-        for record in instance.all_logs(result.run_id)
-        if record.user_message.startswith(f"{VISITS_DAILY} 2024-01-0")
-    ]
-    assert len(messages) == 9  # read, write, metadata for each of the three days
-    read, write, metadata = messages[3:6]
-    assert read.startswith("visits_daily 2024-01-02: read (files 1, lines_read 20,")
-    assert write.startswith("visits_daily 2024-01-02: write (delta_version ")
-    assert "rows_inserted 20" in write
-    assert metadata.startswith("visits_daily 2024-01-02: metadata in ")
-    assert all(message.endswith(" s") for message in messages)
+    messages = [record.user_message for record in instance.all_logs(result.run_id)]
+    phases = [m for m in messages if m.startswith(f"{VISITS_DAILY} 2024-01-01..2024-01-03: ")]
+    assert len(phases) == 3  # read, first seen, write
+    read, first_seen, write = phases
+    assert read.startswith(
+        "visits_daily 2024-01-01..2024-01-03: read (days 3, refused 0, files 3, lines_read 60"
+    )
+    assert first_seen.startswith("visits_daily 2024-01-01..2024-01-03: first seen in ")
+    assert write.startswith("visits_daily 2024-01-01..2024-01-03: write in ")
+    assert all(message.endswith(" s") for message in phases)
+    days = [m for m in messages if m.startswith("2024-01-0")]
+    assert [m.split(" ")[0] for m in days] == ["2024-01-01", "2024-01-02", "2024-01-03"]
+    assert days[1].startswith("2024-01-02 (2/3) in ")
+    assert "delta_version=" in days[1] and "rows_inserted=20" in days[1]
 
 
 @pytest.mark.long_on_delta_spark

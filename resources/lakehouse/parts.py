@@ -1,0 +1,57 @@
+"""One frame written as several partitions' commits: split once, in the engine's form."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from resources.lakehouse.port import Data
+
+
+@dataclass(frozen=True)
+class StagedParts:
+    """`data` (a range's rows) split by the values of `column`: each value's part and its
+    row count, without a Spark job per part.
+
+    - Arrow (delta-rs, which collects whatever it writes into this process): the range
+      was collected once; a part is a slice of it.
+    - A DataFrame (delta-spark, whose writes run on the cluster): a part is a filter of
+      the (checkpointed) frame; the counts came from one aggregate.
+    """
+
+    data: pa.Table | DataFrame
+    column: str
+    counts: dict[Hashable, int] = field(default_factory=dict)
+
+    def part(self, value: Any) -> tuple[Data, int]:
+        """The rows whose `column` equals `value` (none: an empty part of the same
+        schema), and how many there are."""
+        if hasattr(self.data, "__arrow_c_stream__"):
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
+            column = self.data[self.column]
+            rows = self.data.filter(pc.equal(column, pa.scalar(value, column.type)))
+            return rows, rows.num_rows
+        from pyspark.sql import functions as F
+
+        return self.data.where(F.col(self.column) == F.lit(value)), self.counts.get(value, 0)
+
+
+def staged_parts(frame: DataFrame, column: str, *, collect: bool) -> StagedParts:
+    """`frame` ready to be written part by part (`collect`: as Arrow, for an engine that
+    writes from this process)."""
+    if collect:
+        return StagedParts(frame.toArrow(), column)
+    counts = {row[0]: row[1] for row in frame.groupBy(column).count().collect()}
+    return StagedParts(frame, column, counts)
+
+
+def no_rows(data: Data) -> Data:
+    """`data`'s schema without its rows (e.g. to create a table before its first write)."""
+    return data.slice(0, 0) if hasattr(data, "__arrow_c_stream__") else data.limit(0)
