@@ -3,9 +3,10 @@
 Loaded by `dagster dev` (workspace.yaml) and `dagster definitions validate` as a file:
 `platform/` is deliberately not a package, because `platform` is a stdlib module name.
 Configuration comes from the environment when Dagster loads the code (never at import):
-LAKEHOUSE_ROOT, LANDING_ROOT, SPARK_MASTER, SPARK_REMOTE, SPARK_MASTER_UI, LAKEHOUSE_ENGINE,
-DELTA_SPARK_JARS, and for an `s3://` root the AWS_* variables of its endpoint and
-credentials (read through dg.EnvVar, so secrets never land in the run's config).
+LAKEHOUSE_ROOT, LANDING_ROOT, SPARK_MASTER, SPARK_REMOTE (with SPARK_SERVER_STATE when `make
+dev` started it), SPARK_MASTER_UI, LAKEHOUSE_ENGINE, DELTA_SPARK_JARS, SENSOR_INTERVAL_SECONDS,
+and for an `s3://` root the AWS_* variables of its endpoint and credentials (read through
+dg.EnvVar, so secrets never land in the run's config).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from assets.external import external_specs
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.object_store import is_object_store, storage_from_environment
 from sensors import sensors
+from sensors.cadence import DEFAULT_INTERVAL_SECONDS, every
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,7 +90,9 @@ def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
             *telemetry.jobs,
             *warehouse.jobs,
         ],
-        sensors=sensors,
+        # The file sensors' tick interval (SENSOR_INTERVAL_SECONDS, default 30): the
+        # demo's code location ticks every few seconds.
+        sensors=every(int(env.get("SENSOR_INTERVAL_SECONDS", DEFAULT_INTERVAL_SECONDS)), sensors),
         schedules=telemetry.schedules,
         resources=build_resources(env),
         # One process per run: every step shares the run's one Spark session (the default

@@ -32,6 +32,7 @@ from assets.updates import device_catalog, device_catalog_job, devices, devices_
 from resources import Lakehouse, LandingZone
 from resources.landing import Fingerprint, sources_digest
 from sensors import file_state
+from sensors.cadence import file_sensor
 
 
 @dataclass(frozen=True)
@@ -174,9 +175,8 @@ def catalog_request(source: ChangeSource, states: dict[dt.date, DayState]) -> li
     return []
 
 
-@dg.sensor(
+@file_sensor(
     jobs=[devices_job, device_catalog_job],
-    minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Materializes new and changed days of `devices` (devices_cdc/YYYY-MM-DD.csv; "
     "consecutive days as one run, merged in order) and `device_catalog` "

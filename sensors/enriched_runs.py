@@ -22,6 +22,7 @@ from assets.warehouse import ManifestSettings, enriched_run_job, enriched_runs
 from assets.warehouse.manifest import load_manifest as manifest
 from assets.warehouse.manifest.enriched import ENRICHED_FOLDER, SUCCESS, run_folder, run_id_of
 from resources import Lakehouse, LandingZone
+from sensors.cadence import file_sensor
 
 IN_PROGRESS = [
     dg.DagsterRunStatus.QUEUED,
@@ -32,9 +33,8 @@ IN_PROGRESS = [
 MAX_LOGGED = 20
 
 
-@dg.sensor(
+@file_sensor(
     job=enriched_run_job,
-    minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Registers each enriched/run=YYYY-MM-DD-HH-MM-SS/ directory once it holds "
     "_SUCCESS (a dynamic partition of enriched_runs) and requests its `enriched_run` run "

@@ -9,6 +9,7 @@ from assets.warehouse import event_batch_job, event_batches
 from assets.warehouse.events_source import EVENTS_FOLDER
 from resources import Lakehouse, LandingZone
 from sensors import file_state
+from sensors.cadence import file_sensor
 
 SUFFIX = ".jsonl"
 
@@ -21,9 +22,8 @@ def batch_id_of(path: str) -> str | None:
     return name.removesuffix(SUFFIX)
 
 
-@dg.sensor(
+@file_sensor(
     job=event_batch_job,
-    minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Requests an `event_batch` run (stage, audit, publish to user_events) for "
     "every new or changed events/batch=<id>.jsonl file; run keys carry its digest.",

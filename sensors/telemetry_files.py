@@ -23,11 +23,11 @@ from assets.telemetry.subjects import (
 )
 from resources import Lakehouse, LandingZone
 from sensors import file_state
+from sensors.cadence import file_sensor
 
 
-@dg.sensor(
+@file_sensor(
     job=telemetry_job,
-    minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Requests a `telemetry_subject` run for every subject (telemetry/<subject>/) "
     "with new, changed, retried, released, blacklisted or re-ingest-requested files, and "

@@ -34,6 +34,7 @@ from assets.partition_range import run_partitions, stretches
 from resources import Lakehouse, LandingZone
 from resources.landing import Fingerprint, sources_digest
 from sensors import file_state
+from sensors.cadence import file_sensor
 
 VISITS_DAILY = dg.AssetKey("visits_daily")
 VISITS_WEEKLY = dg.AssetKey("visits_weekly")
@@ -186,9 +187,8 @@ def latest_materializations(
     return lookup
 
 
-@dg.sensor(
+@file_sensor(
     jobs=[visits_daily_job, visits_weekly_job],
-    minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Materializes new days and weeks of visits (visits/date=YYYY-MM-DD/*.jsonl), "
     "and re-materializes only the materialized ones whose files changed (new, rewritten "
