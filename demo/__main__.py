@@ -34,6 +34,7 @@ from resources.spark_server import long_lived_spark, server_state
 from sensors import visits_late_files
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEMO_SENSOR_INTERVAL_SECONDS = 5
 JOB_ASSETS = {"visits_daily_job": "visits_daily", "visits_weekly_job": "visits_weekly"}
 
 
@@ -57,6 +58,9 @@ def main() -> int:
         # The demo's own reads, the `dagster dev` it may start and so every run attach
         # to the long-lived Spark (a `make dev` already up has its own).
         os.environ.update(spark_env)
+        # The `dagster dev` the demo starts ticks its file sensors every few seconds: the
+        # demo waits on them after each delivery (a `make dev` already up keeps its own).
+        os.environ.setdefault("SENSOR_INTERVAL_SECONDS", str(DEMO_SENSOR_INTERVAL_SECONDS))
         defs = load_definitions()
         instance = dg.DagsterInstance.get()
         # Resolved as a run resolves them (dg.EnvVar settings read now), because the

@@ -1,0 +1,235 @@
+"""What users wait for, measured side by side in one run:
+
+1. A one-day `dagster asset materialize` of visits_daily that boots its own local Spark,
+   against one attached to the long-lived Spark (Spark Connect) `make dev` starts.
+2. `--days` small days (3 visits each) of visits_daily in one range run, against a
+   one-day run of the same kind (both attached).
+3. The latency from a visits file landing to its day committed, under the daemon of
+   `make dev` (platform/dev.py) with the file sensors ticking every `--interval` seconds.
+4. `make demo`'s total wall time on a fresh instance (`python -m demo`), which starts its
+   own long-lived Spark and `dagster dev`.
+
+Every part works in a scratch folder of its own (lakehouse, landing zone, Dagster home);
+the runs go through the real CLI, as a user's do.
+
+Run: `.venv/bin/python benchmarks/run_cost.py [--days 364] [--interval 30] [--landings 3]
+[--skip-demo]`.
+"""
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT_ROOT))
+
+import dagster as dg  # noqa: E402
+
+from demo.dagster_dev import Dagster, free_port, serves, wait_for_daemon  # noqa: E402
+from resources import Lakehouse, SparkResource  # noqa: E402
+from resources.spark_server import long_lived_spark  # noqa: E402
+
+DEFINITIONS = PROJECT_ROOT / "platform" / "definitions.py"
+FIRST_DAY = dt.date(2025, 1, 6)
+SPARK_VARIABLES = ("SPARK_REMOTE", "SPARK_SERVER_STATE", "SPARK_MASTER")
+
+
+def write_day(landing: Path, day: dt.date, visits: int, *, tag: str = "part") -> None:
+    folder = landing / "visits" / f"date={day.isoformat()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [
+        json.dumps(
+            {
+                "visit_id": f"{tag}-{day:%Y%m%d}-{i}",
+                "user_id": f"user-{i % 7}",
+                "event_time": f"{day.isoformat()}T{10 + i:02d}:00:00Z",
+                "page": "/home",
+            }
+        )
+        for i in range(visits)
+    ]
+    (folder / f"{tag}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def deployment(work: Path, landing: Path, spark: dict[str, str]) -> dict[str, str]:
+    """The environment of a fresh lakehouse and Dagster home in `work` reading `landing`,
+    with the Spark variables `spark` (none: a local Spark in each run)."""
+    home = work / "dagster"
+    home.mkdir(parents=True)
+    shutil.copy(PROJECT_ROOT / "platform" / "dagster.yaml", home / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(home)):
+        pass  # the instance's storage, created before any run
+    env = {key: value for key, value in os.environ.items() if key not in SPARK_VARIABLES}
+    return {
+        **env,
+        **spark,
+        "DAGSTER_HOME": str(home),
+        "LAKEHOUSE_ROOT": str(work / "lakehouse"),
+        "LANDING_ROOT": str(landing),
+    }
+
+
+def materialize(env: dict[str, str], *partition: str) -> float:
+    """Wall time of `dagster asset materialize` of visits_daily for `partition`."""
+    command = [sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(DEFINITIONS)]
+    started = time.monotonic()
+    done = subprocess.run(
+        [*command, "--select", "visits_daily", *partition],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"run {' '.join(partition)} failed:\n{done.stdout}{done.stderr}")
+    return time.monotonic() - started
+
+
+def committed_days(lakehouse_root: Path) -> set[str]:
+    lakehouse = Lakehouse(root=str(lakehouse_root), spark=SparkResource())
+    if not lakehouse.exists("visits_daily"):
+        return set()
+    return {
+        str(entry.metadata.get("partition_key"))
+        for entry in lakehouse.history("visits_daily")
+        if entry.metadata.get("transaction_app_id")
+    }
+
+
+def landing_latency(work: Path, spark: dict[str, str], *, interval: int, landings: int) -> list:
+    """Seconds from each file landing to its day committed, under `make dev`'s daemon."""
+    landing = work / "landing"
+    env = {**deployment(work, landing, spark), "SENSOR_INTERVAL_SECONDS": str(interval)}
+    url = f"http://127.0.0.1:{free_port()}"
+    log = (work / "dagster-dev.log").open("ab")
+    dev = subprocess.Popen(
+        [sys.executable, str(PROJECT_ROOT / "platform" / "dev.py"), "-h", "127.0.0.1"]
+        + ["-p", url.rsplit(":", 1)[1]],
+        env=env,
+        cwd=PROJECT_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not serves(url, Path(env["DAGSTER_HOME"])):
+            if dev.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"make dev did not come up; see {work / 'dagster-dev.log'}")
+            time.sleep(1)
+        with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+            dagster = Dagster(url, instance, started=True)
+            wait_for_daemon(dagster)
+            # A first tick on the empty landing zone: the sensor is ticking.
+            dagster.settle(["visits_late_files"], time.time(), timeout=300)
+        latencies = []
+        for i in range(landings):
+            day = FIRST_DAY + dt.timedelta(days=i)
+            landed = time.monotonic()
+            write_day(landing, day, 3)
+            while day.isoformat() not in committed_days(work / "lakehouse"):
+                if time.monotonic() - landed > 300:
+                    raise SystemExit(f"{day} was not committed in 300 s; see {url}")
+                time.sleep(0.25)
+            latencies.append(time.monotonic() - landed)
+            # The next file lands at another point of the sensor's interval.
+            time.sleep(interval / (landings + 1))
+        return latencies
+    finally:
+        os.killpg(dev.pid, signal.SIGINT)
+        try:
+            dev.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(dev.pid, signal.SIGKILL)
+            dev.wait()
+
+
+def demo_time(work: Path) -> float:
+    home = work / "dagster"
+    home.mkdir(parents=True)
+    shutil.copy(PROJECT_ROOT / "platform" / "dagster.yaml", home / "dagster.yaml")
+    env = {key: value for key, value in os.environ.items() if key not in SPARK_VARIABLES}
+    env.update(
+        DAGSTER_HOME=str(home),
+        LAKEHOUSE_ROOT=str(work / "lakehouse"),
+        LANDING_ROOT=str(work / "landing"),
+    )
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-u", "-m", "demo"],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    elapsed = time.monotonic() - started
+    (work / "demo.out").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise SystemExit(f"the demo failed; its report: {work / 'demo.out'}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--days", type=int, default=364)
+    parser.add_argument("--interval", type=int, default=30, help="sensor interval, seconds")
+    parser.add_argument("--landings", type=int, default=3)
+    parser.add_argument("--skip-demo", action="store_true")
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="bench-run-cost-"))
+    landing = scratch / "landing"
+    days = [FIRST_DAY + dt.timedelta(days=i) for i in range(args.days)]
+    for day in days:
+        write_day(landing, day, 3)
+    first, last = days[0].isoformat(), days[-1].isoformat()
+    figures = {}
+    with long_lived_spark(scratch / "spark", os.environ, say=lambda line: None) as spark:
+        figures["boot"] = materialize(
+            deployment(scratch / "boot", landing, {}), "--partition", first
+        )
+        attached = deployment(scratch / "attach", landing, spark)
+        figures["attach"] = materialize(attached, "--partition", first)
+        ranged = deployment(scratch / "range", landing, spark)
+        figures["range"] = materialize(ranged, "--partition-range", f"{first}...{last}")
+        figures["latency"] = landing_latency(
+            scratch / "latency", spark, interval=args.interval, landings=args.landings
+        )
+    if not args.skip_demo:
+        figures["demo"] = demo_time(scratch / "demo")
+    shutil.rmtree(scratch, ignore_errors=True)
+
+    boot, attach, ranged_run = figures["boot"], figures["attach"], figures["range"]
+    latency = figures["latency"]
+    print("One-day `dagster asset materialize` of visits_daily (3 visits):")
+    print(f"  booting a local Spark:           {boot:7.1f} s")
+    print(
+        f"  attached to the long-lived Spark: {attach:6.1f} s   attach / boot = {attach / boot:.2f}"
+    )
+    print(f"{args.days} days (3 visits each) in one range run, attached:")
+    print(
+        f"  range run:                       {ranged_run:7.1f} s   range / one day = "
+        f"{ranged_run / attach:.2f}"
+    )
+    print(
+        f"File landed -> its day committed, under make dev's daemon, sensor every "
+        f"{args.interval} s:"
+    )
+    print(
+        "  "
+        + ", ".join(f"{seconds:.1f} s" for seconds in latency)
+        + f"   (max {max(latency):.1f} s; bound {15 + args.interval} s)"
+    )
+    if "demo" in figures:
+        print(f"make demo on a fresh instance:     {figures['demo']:7.1f} s")
+
+
+if __name__ == "__main__":
+    main()
