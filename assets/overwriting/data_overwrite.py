@@ -22,7 +22,7 @@ from assets.source_files import SourceDataError
 from assets.transactional_writer import transactional_metadata, write_partition_once
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import AppTransaction, CommitResult
-from resources.lakehouse.parts import no_rows
+from resources.lakehouse.frames import no_rows
 from resources.lakehouse.predicates import eq
 
 VISITS_DAILY = "visits_daily"

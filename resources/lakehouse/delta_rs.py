@@ -25,6 +25,7 @@ from deltalake import (
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from resources.lakehouse import port
+from resources.lakehouse.frames import frame_from_arrow
 from resources.lakehouse.predicates import (
     And,
     Compare,
@@ -224,7 +225,7 @@ class DeltaRsEngine(port.DeltaEngine):
         if self._spark is None:
             raise port.LakehouseError("this lakehouse was built without Spark; use read_arrow")
         arrow = self.read_arrow(table, version=version, where=where, columns=columns)
-        return self._spark().createDataFrame(arrow)
+        return frame_from_arrow(self._spark(), arrow)
 
     def write(
         self,

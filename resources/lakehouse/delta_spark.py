@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from resources.lakehouse import port
 from resources.lakehouse.delta_rs import DeltaRsEngine
+from resources.lakehouse.frames import frame_from_arrow
 from resources.lakehouse.predicates import Predicate, Value, eq, identifier, render
 
 if TYPE_CHECKING:
@@ -106,21 +107,13 @@ class DeltaSparkEngine(port.DeltaEngine):
 
     def _frame(self, data: port.Data) -> DataFrame:
         import pyarrow as pa
-        from pyspark.sql import types as T
-        from pyspark.sql.pandas.types import from_arrow_schema
 
         if isinstance(data, pa.RecordBatchReader):
             data = data.read_all()
         if isinstance(data, pa.Table):
-            if data.num_rows == 0:
-                # Spark Connect infers no schema from an empty table: give Arrow's (nullable,
-                # as every column the engines write).
-                fields = from_arrow_schema(data.schema).fields
-                schema = T.StructType([T.StructField(f.name, f.dataType) for f in fields])
-                return self._spark().createDataFrame([], schema)
             # Rows held in this process are few enough for one writer task: one file, as
             # delta-rs writes them, not one small file per core.
-            return self._spark().createDataFrame(data).coalesce(1)
+            return frame_from_arrow(self._spark(), data).coalesce(1)
         return data
 
     # -- log-level reads (delta-rs, no Spark job) ---------------------------------------

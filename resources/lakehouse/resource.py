@@ -16,7 +16,7 @@ from pyarrow import fs as pafs
 from pydantic import PrivateAttr
 
 from resources.lakehouse import port
-from resources.lakehouse.parts import StagedParts, staged_parts
+from resources.lakehouse.frames import StagedParts, staged_parts
 from resources.lakehouse.predicates import Dialect, Predicate, Value
 from resources.object_store import S3Storage, is_object_store, object_path
 from resources.spark import SparkResource

@@ -1,4 +1,5 @@
-"""One frame written as several partitions' commits: split once, in the engine's form."""
+"""Data between Spark and Arrow: a frame written as several partitions' commits (split
+once, in the engine's form), and Arrow rows made a Spark DataFrame."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from resources.lakehouse.port import Data
 
@@ -55,3 +56,18 @@ def staged_parts(frame: DataFrame, column: str, *, collect: bool) -> StagedParts
 def no_rows(data: Data) -> Data:
     """`data`'s schema without its rows (e.g. to create a table before its first write)."""
     return data.slice(0, 0) if hasattr(data, "__arrow_c_stream__") else data.limit(0)
+
+
+def frame_from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:
+    """Arrow rows as a DataFrame, an empty table included: Spark Connect infers no schema
+    from an empty table, so Arrow's is given (nullable, as every column the engines
+    write)."""
+    if table.num_rows:
+        return spark.createDataFrame(table)
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    fields = from_arrow_schema(table.schema).fields
+    return spark.createDataFrame(
+        [], T.StructType([T.StructField(f.name, f.dataType) for f in fields])
+    )
