@@ -356,7 +356,8 @@ def long_lived_spark(
         yield {REMOTE_ENV: described.remote, STATE_ENV: str(state)}
     finally:
         current = server.description()
-        # Ours, or orphaned (its starter, e.g. a demo beside `make dev`, has exited).
-        if current is not None and (current.owner == os.getpid() or current.orphaned):
+        # Ours (started here, or its successor after it died), or orphaned (its starter,
+        # e.g. a demo beside `make dev`, has exited).
+        if current is not None and (started_here or current.orphaned):
             server.stop()
             say(f"Stopped the long-lived Spark (pid {current.pid}).")

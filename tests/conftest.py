@@ -20,6 +20,7 @@ from support import DELTA_JARS
 
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.object_store import S3Storage
+from resources.spark_server import long_lived_spark
 
 
 @pytest.fixture(scope="session")
@@ -51,6 +52,17 @@ def spark_resource(s3_storage: S3Storage) -> SparkResource:
     return SparkResource(
         master="local[2]", shuffle_partitions=2, delta_jars=DELTA_JARS, s3=s3_storage
     )
+
+
+@pytest.fixture(scope="session")
+def spark_remote(tmp_path_factory) -> Iterator[dict[str, str]]:
+    """The long-lived Spark `make dev` starts (a Spark Connect server, started once for the
+    session when a test asks for it, stopped by its pid at the end): tests that launch
+    run processes give them these variables, and the runs attach to it as they do under
+    `make dev`, instead of booting a JVM each."""
+    state = tmp_path_factory.mktemp("spark") / "connect"
+    with long_lived_spark(state, {}, say=lambda line: None) as variables:
+        yield variables
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import hashlib
 import os
 import subprocess
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import dagster as dg
@@ -38,22 +38,31 @@ def sensor_resources(landing: LandingZone) -> dict:
     }
 
 
-def run_process_env(home: Path, lakehouse, landing, **extra: str) -> dict[str, str]:
+def run_process_env(
+    home: Path, lakehouse, landing, spark: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment of a separate run process (`dagster asset materialize`) on this
-    test's Dagster home, lakehouse (with its engine) and landing zone."""
+    test's Dagster home, lakehouse (with its engine) and landing zone; `spark`: the
+    variables of the long-lived Spark to attach to (the `spark_remote` fixture), else the
+    run boots a local Spark of its own."""
     return {
         **os.environ,
         "DAGSTER_HOME": str(home),
         "LAKEHOUSE_ROOT": lakehouse.root,
         "LAKEHOUSE_ENGINE": lakehouse.engine,
         "LANDING_ROOT": landing.root,
-        "SPARK_MASTER": "local[1]",
-        **extra,
+        **(spark or {"SPARK_MASTER": "local[1]"}),
     }
 
 
 def materialize_side_by_side(
-    home: Path, lakehouse, landing, selections: list[list[str]], *, timeout: float = 1500
+    home: Path,
+    lakehouse,
+    landing,
+    selections: list[list[str]],
+    *,
+    spark: Mapping[str, str] | None = None,
+    timeout: float = 1500,
 ) -> list[str]:
     """`dagster asset materialize -f platform/definitions.py <selection>` for each of
     `selections`, all at once, each in its own process as the run launcher starts runs,
@@ -61,7 +70,7 @@ def materialize_side_by_side(
     home.mkdir()
     with dg.DagsterInstance.from_config(str(home)):
         pass  # creates the instance's storage once, as `dagster dev` would
-    env = run_process_env(home, lakehouse, landing)
+    env = run_process_env(home, lakehouse, landing, spark)
     definitions = PROJECT_ROOT / "platform" / "definitions.py"
     command = [sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(definitions)]
     runs = [

@@ -219,6 +219,40 @@ def test_launchpad_runs_of_the_telemetry_job_carry_the_subject_tag():
     assert config.get_tags_for_partition_key("Tool 'x'")[SUBJECT_TAG] == "Tool 'x'"
 
 
+def test_the_file_sensors_tick_as_often_as_the_deployment_says():
+    """30 s by default; the demo's code location ticks every 5 s. A sensor with an
+    interval of its own keeps it, and a sensor is the same sensor at any interval."""
+    module = load_definitions_module()
+    default = {s.name: s for s in module.build_definitions({}).sensors}
+    fast = {s.name: s for s in module.build_definitions({"SENSOR_INTERVAL_SECONDS": "5"}).sensors}
+    assert {name: s.minimum_interval_seconds for name, s in fast.items()} == {
+        "visits_late_files": 5,
+        "telemetry_files": 5,
+        "change_files": 5,
+        "event_batch_files": 5,
+        "enriched_run_directories": 5,
+        "stuck_enriched_runs": 300,
+    }
+    assert {s.minimum_interval_seconds for s in default.values()} == {30, 300}
+    for name, sensor in fast.items():
+        assert (sensor.description, sensor.default_status) == (
+            default[name].description,
+            default[name].default_status,
+        )
+        assert [job.name for job in sensor.jobs] == [job.name for job in default[name].jobs]
+        assert sensor.required_resource_keys == default[name].required_resource_keys
+    with pytest.raises(ValueError, match="whole number of seconds"):
+        module.build_definitions({"SENSOR_INTERVAL_SECONDS": "0"})
+
+
+def test_the_run_queue_is_looked_at_every_second(tmp_path, monkeypatch):
+    """A run a sensor asked for starts within a second, not Dagster's default five."""
+    (tmp_path / "dagster.yaml").write_text((PROJECT_ROOT / "platform" / "dagster.yaml").read_text())
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    with dg.DagsterInstance.get() as instance:
+        assert instance.run_coordinator.dequeue_interval_seconds == 1
+
+
 def test_an_unknown_engine_is_refused():
     module = load_definitions_module()
     with pytest.raises(ValueError, match="LAKEHOUSE_ENGINE"):

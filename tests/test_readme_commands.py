@@ -71,7 +71,7 @@ def test_readme_names_the_commands_this_test_runs():
     assert set(readme_config_files()) == {"restore.yaml", "skip.yaml"}
 
 
-def test_every_readme_cli_command_works_as_written(tmp_path, spark):
+def test_every_readme_cli_command_works_as_written(tmp_path, spark, spark_remote):
     configs = tmp_path / "configs"
     configs.mkdir()
     for name, body in readme_config_files().items():
@@ -86,7 +86,8 @@ def test_every_readme_cli_command_works_as_written(tmp_path, spark):
         "LAKEHOUSE_ROOT": lakehouse.root,
         "LAKEHOUSE_ENGINE": lakehouse.engine,
         "LANDING_ROOT": str(tmp_path / "landing"),
-        "SPARK_MASTER": "local[1]",
+        # As under `make dev`: the commands attach to the long-lived Spark.
+        **spark_remote,
     }
     backfill, restore, skip = readme_commands()
 

@@ -265,7 +265,7 @@ def test_a_bad_day_fails_its_range_by_name_and_the_other_days_land(
 
 @pytest.mark.run_processes
 def test_a_backfill_as_several_concurrent_runs_lands_every_partition(
-    tmp_path, lakehouse, landing, write_visits
+    tmp_path, lakehouse, landing, write_visits, spark_remote
 ):
     """Runs launched side by side, each its own process as the run launcher starts them,
     all writing `visits_daily` (one day twice, so two writers race on the same partition):
@@ -280,6 +280,7 @@ def test_a_backfill_as_several_concurrent_runs_lands_every_partition(
         lakehouse,
         landing,
         [["--select", "visits_daily", "--partition", day.isoformat()] for day in work],
+        spark=spark_remote,
         timeout=600,
     )
     # Each day's input is committed once: the second run of day 1 is skipped (it found

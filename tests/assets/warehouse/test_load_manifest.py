@@ -350,20 +350,9 @@ STATE_AFTER_KILL = {
 }
 
 
-# Each kill point is a process that boots Spark, so two points whose recovery another
-# point already takes (a run left NEW with nothing staged; a run with some tables loaded)
-# run in `make test-slow` only.
-SLOW_KILL_POINTS = {"added", "loaded link_click"}
-
-
-@pytest.mark.run_processes
-@pytest.mark.parametrize(
-    "kill_at",
-    [
-        pytest.param(point, marks=pytest.mark.slow) if point in SLOW_KILL_POINTS else point
-        for point in STATE_AFTER_KILL
-    ],
-)
+# A fault trial per kill point, each a process that boots Spark: `make test-slow`.
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_at", list(STATE_AFTER_KILL))
 def test_a_crash_after_any_step_recovers_to_the_clean_tables(
     lakehouse, landing, spark, write_run, run_job, tmp_path, kill_at
 ):
