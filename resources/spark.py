@@ -218,6 +218,12 @@ class SparkResource(dg.ConfigurableResource):
         self.forward_jvm_output()
         if self._jvm_output is not None:
             self._jvm_output.close()
+        if self._remote_session is not None:
+            # Release what the session holds on the long-lived Spark (checkpoints, cached
+            # relations, temporary views) now: left to the process's exit, the client
+            # would try for minutes to release them on a server that may be gone.
+            self._remote_session.stop()
+            self._remote_session = None
 
     def forward_jvm_output(self) -> None:
         """What the JVM wrote since the last call, to the run's log at WARN (without a

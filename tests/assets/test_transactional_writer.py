@@ -6,6 +6,7 @@ import datetime as dt
 import dagster as dg
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 from exactly_once_writer import kill_trials
 from support import DELTA_JARS, day_of_visits
 
@@ -13,7 +14,9 @@ from assets.maintenance import restore_table
 from assets.overwriting import visits_daily
 from assets.overwriting.data_overwrite import VISITS_DAILY
 from assets.transactional_writer import (
+    COMPACT_EVERY,
     INPUT_VERSION,
+    INPUT_VERSIONS,
     REWRITE_TAG,
     latest_input,
     register_input,
@@ -74,6 +77,22 @@ def write_rows(lakehouse, digest: str, rows: list[int], *, write_first=None):
 
 def stored(lakehouse) -> list[int]:
     return sorted(lakehouse.read_arrow("t").column("n").to_pylist())
+
+
+@pytest.mark.parametrize("engine", ["delta-rs"])  # compaction is the port's, either way
+def test_the_control_table_stays_a_few_files_however_many_inputs_it_records(lakehouse):
+    """A registration is a commit of one row; a long backfill would otherwise leave each
+    registration reading one more file than the last."""
+    partitions = [f"2024-01-{i:03d}" for i in range(2 * COMPACT_EVERY + 5)]
+    for key in partitions:
+        register_input(lakehouse, asset_key="a", partition_key=key, digest="d", run_id="r")
+    assert len(DeltaTable(lakehouse.uri(INPUT_VERSIONS)).file_uris()) < COMPACT_EVERY // 2
+    operations = [entry.operation for entry in lakehouse.history(INPUT_VERSIONS)]
+    assert operations.count("OPTIMIZE") == 2
+    assert [latest_input(lakehouse, "a", key).version for key in partitions] == [1] * len(
+        partitions
+    )
+    assert register(lakehouse, "d") == 1 and register(lakehouse, "e") == 2
 
 
 def test_a_replayed_input_is_skipped_without_a_commit(lakehouse):

@@ -1,0 +1,113 @@
+"""`make dev` (platform/dev.py) as a user runs it: the long-lived Spark and `dagster dev`
+come up together on 127.0.0.1, a run launched from the UI's GraphQL API attaches to the
+Spark (it boots no JVM of its own), and one Ctrl-C stops both, the Spark by its pid.
+
+Slow: a Spark Connect server, `dagster dev` and a run process, about a minute."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from demo.dagster_dev import LOCATION, free_port, graphql, serves
+from resources.spark_server import SparkServer, alive, server_state
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+LAUNCH = """
+mutation Launch($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+  }
+}
+"""
+
+
+def test_make_dev_serves_runs_from_the_long_lived_spark_and_ctrl_c_stops_both(
+    tmp_path, write_visits, landing
+):
+    home = tmp_path / "dagster"
+    home.mkdir()
+    shutil.copy(PROJECT_ROOT / "platform" / "dagster.yaml", home / "dagster.yaml")
+    write_visits("2024-03-04", "part.jsonl", [_visit(i) for i in range(3)])
+    port = free_port()
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("SPARK_REMOTE", "SPARK_SERVER_STATE", "SPARK_MASTER")
+    }
+    env.update(
+        DAGSTER_HOME=str(home),
+        LAKEHOUSE_ROOT=str(tmp_path / "lakehouse"),
+        LANDING_ROOT=landing.root,
+    )
+    log = (tmp_path / "make-dev.log").open("wb")
+    dev = subprocess.Popen(
+        [sys.executable, str(PROJECT_ROOT / "platform" / "dev.py"), "-h", "127.0.0.1"]
+        + ["-p", str(port)],
+        env=env,
+        cwd=PROJECT_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own group: the Ctrl-C below reaches it alone
+    )
+    url = f"http://127.0.0.1:{port}"
+    server = SparkServer(server_state(home))
+    try:
+        deadline = time.monotonic() + 240
+        while not serves(url, home):
+            assert dev.poll() is None, (tmp_path / "make-dev.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "make dev did not come up"
+            time.sleep(1)
+        spark = server.description()
+        assert spark is not None and alive(spark.pid)
+
+        launched = graphql(
+            url,
+            LAUNCH,
+            {
+                "params": {
+                    "selector": {**LOCATION, "jobName": "visits_daily_job"},
+                    "executionMetadata": {
+                        "tags": [{"key": "dagster/partition", "value": "2024-03-04"}]
+                    },
+                }
+            },
+        )["launchRun"]
+        assert launched["__typename"] == "LaunchRunSuccess", launched
+        run_id = launched["run"]["runId"]
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            while not instance.get_run_by_id(run_id).is_finished:
+                assert time.monotonic() < deadline + 240, "the run did not finish"
+                time.sleep(1)
+            assert instance.get_run_by_id(run_id).is_success
+            logs = "\n".join(r.user_message for r in instance.all_logs(run_id))
+        # Attached: no JVM of its own, so no "Spark JVM output" of a boot in its log.
+        assert "Spark JVM output" not in logs
+        assert "2024-03-04: read (days 1, refused 0, files 1, lines_read 3" in logs
+    finally:
+        os.killpg(dev.pid, signal.SIGINT)
+        dev.wait(timeout=120)
+    assert not alive(spark.pid)
+    assert server.description() is None
+    assert "Stopped the long-lived Spark" in (tmp_path / "make-dev.log").read_text()
+
+
+def _visit(i: int) -> dict:
+    return {
+        "visit_id": f"v{i}",
+        "user_id": "u1",
+        "event_time": f"2024-03-04T1{i}:00:00Z",
+        "page": "/home",
+    }
