@@ -49,7 +49,8 @@ def test_the_port_contract_holds_through_spark_connect(spark_remote):
     )
     summary = done.stdout.strip().splitlines()[-1]
     assert done.returncode == 0, done.stdout[-5000:]
-    assert re.fullmatch(r"19 passed, 19 deselected in .*", summary), summary
+    # Every delta-spark half passes (the delta-rs halves are deselected), none skipped.
+    assert re.fullmatch(r"(\d+) passed, \1 deselected in .*", summary), summary
 
 
 def test_delta_spark_writer_processes_sharing_one_spark_lose_no_s3_commit(
