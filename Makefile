@@ -64,6 +64,7 @@ bench: setup
 	$(PY) benchmarks/user_events.py
 	$(PY) benchmarks/manifest.py
 	$(PY) benchmarks/backfill.py
+	$(PY) benchmarks/run_cost.py
 
 # Benchmarks that start a standalone cluster (and a Spark Connect server) themselves.
 bench-cluster: setup
