@@ -239,8 +239,8 @@ def parse_visit_days(
             by_day: dict[dt.date | None, list[Problem]] = {}
             for problem in error.problems:
                 by_day.setdefault(day_of_file(problem.file), []).append(problem)
-            if None in by_day:
-                raise
+            if not by_day or None in by_day:
+                raise  # not a day's fault: the whole range fails with it
             cut_short = error.more
             if cut_short and len(by_day) > 1:
                 by_day.popitem()  # the last day listed: its list may be cut short
