@@ -25,9 +25,13 @@ sys.path.insert(0, str(PROJECT_ROOT))
 from resources.spark_server import long_lived_spark, server_state  # noqa: E402
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str]) -> int:
     # SIGTERM (e.g. `kill`) takes the same way out as Ctrl-C, so the server is stopped.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupted)
     home = Path(os.environ.get("DAGSTER_HOME", PROJECT_ROOT / ".data" / "dagster"))
     print(f"Dagster instance: {home}")
     with long_lived_spark(server_state(home), os.environ) as spark_env:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from resources.lakehouse import Lakehouse, WhenNotMatchedInsert
+from resources.lakehouse.frames import is_arrow
 from resources.lakehouse.predicates import is_in
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def record_first_seen(
 
 def _first_seen_rows(visits: Data, *, seen_at: dt.datetime, run_id: str) -> Data:
     keys = ["visit_id", "user_id", "event_date"]
-    if hasattr(visits, "__arrow_c_stream__"):
+    if is_arrow(visits):
         rows = visits.select(keys)
         return rows.append_column(
             "first_seen_at", pa.array([seen_at] * rows.num_rows, pa.timestamp("us", tz="UTC"))

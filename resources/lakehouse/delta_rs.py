@@ -25,7 +25,7 @@ from deltalake import (
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from resources.lakehouse import port
-from resources.lakehouse.frames import frame_from_arrow
+from resources.lakehouse.frames import frame_from_arrow, is_arrow
 from resources.lakehouse.predicates import (
     And,
     Compare,
@@ -45,7 +45,7 @@ def _as_arrow(data: port.Data) -> pa.Table | pa.RecordBatchReader:
     """Arrow data with every column nullable. Spark creates Delta tables with nullable
     columns whatever its DataFrame says; writing the same here keeps the schemas of the
     two engines' tables identical, and either engine can write the other's tables."""
-    arrow = data if hasattr(data, "__arrow_c_stream__") else data.toArrow()
+    arrow = data if is_arrow(data) else data.toArrow()
     schema = pa.schema(
         [f.with_nullable(True) for f in arrow.schema], metadata=arrow.schema.metadata
     )

@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from resources.lakehouse.port import Data
 
 
+def is_arrow(data: Data) -> bool:
+    """Whether `data` is Arrow (a table or a stream) rather than a Spark DataFrame."""
+    return hasattr(data, "__arrow_c_stream__")
+
+
 @dataclass(frozen=True)
 class StagedParts:
     """`data` (a range's rows) split by the values of `column`: each value's part and its
@@ -32,7 +37,7 @@ class StagedParts:
     def part(self, value: Any) -> tuple[Data, int]:
         """The rows whose `column` equals `value` (none: an empty part of the same
         schema), and how many there are."""
-        if hasattr(self.data, "__arrow_c_stream__"):
+        if is_arrow(self.data):
             import pyarrow as pa
             import pyarrow.compute as pc
 
@@ -55,7 +60,7 @@ def staged_parts(frame: DataFrame, column: str, *, collect: bool) -> StagedParts
 
 def no_rows(data: Data) -> Data:
     """`data`'s schema without its rows (e.g. to create a table before its first write)."""
-    return data.slice(0, 0) if hasattr(data, "__arrow_c_stream__") else data.limit(0)
+    return data.slice(0, 0) if is_arrow(data) else data.limit(0)
 
 
 def frame_from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:
