@@ -1,9 +1,12 @@
 """An S3-compatible object store under the lakehouse, configured once for every engine.
 
-The settings are dagster-deltalake's own storage classes (`S3Config`, `ClientConfig`), so
-endpoint and credentials come through `dg.EnvVar` like any Dagster resource setting. From
-them each client gets its own form: delta-rs storage options, Spark's Hadoop S3A
-configuration, a pyarrow filesystem for file-level maintenance.
+The settings have the shape and names of dagster-deltalake's storage classes (`S3Config`,
+`ClientConfig`), so endpoint and credentials come through `dg.EnvVar` like any Dagster
+resource setting. They are declared here rather than imported: importing
+dagster-deltalake loads pyarrow.dataset and pandas, 0.4 s of every run process's start,
+for two settings classes. From them each client gets its own form: delta-rs storage
+options, Spark's Hadoop S3A configuration, a pyarrow filesystem for file-level
+maintenance.
 
 Concurrent commits: S3 has no atomic rename, so each engine needs the coordination Delta
 documents for it, never an unsafe-rename switch.
@@ -21,8 +24,6 @@ from collections.abc import Mapping
 from urllib.parse import urlparse
 
 import dagster as dg
-from dagster_deltalake import S3Config
-from dagster_deltalake.config import ClientConfig
 from pyarrow import fs as pafs
 
 S3_SCHEMES = ("s3://", "s3a://")
@@ -40,6 +41,29 @@ def is_object_store(uri: str) -> bool:
     return uri.startswith(S3_SCHEMES)
 
 
+class S3Config(dg.Config):
+    """The S3 API's address and credentials (delta-rs's storage option names)."""
+
+    endpoint: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    token: str | None = None
+    region: str | None = None
+    virtual_hosted_style_request: str | None = None
+    """"true": buckets addressed as `bucket.host`; otherwise as `host/bucket`."""
+    allow_unsafe_rename: bool | None = None
+    """Refused when true: it would let concurrent commits overwrite each other."""
+
+
+class ClientConfig(dg.Config):
+    allow_http: bool | None = None
+    """Plain HTTP to the endpoint (a local S3-compatible server)."""
+
+
+def _options(config: dg.Config) -> dict[str, str]:
+    return {key: str(value) for key, value in config.dict().items() if value is not None}
+
+
 class S3Storage(dg.Config):
     """Where and how to reach the S3 API (AWS, or a compatible server)."""
 
@@ -47,8 +71,7 @@ class S3Storage(dg.Config):
     client: ClientConfig = ClientConfig()
 
     def delta_rs_options(self) -> dict[str, str]:
-        options = {**self.s3.str_dict(), **self.client.str_dict()}
-        options.pop("provider", None)
+        options = {**_options(self.s3), **_options(self.client)}
         if options.pop("allow_unsafe_rename", "False") == "True":
             raise ValueError(
                 "allow_unsafe_rename would let concurrent commits overwrite each other"

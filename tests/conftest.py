@@ -14,12 +14,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import servers
-from dagster_deltalake import S3Config
-from dagster_deltalake.config import ClientConfig
 from support import DELTA_JARS
 
 from resources import Lakehouse, LandingZone, SparkResource
-from resources.object_store import S3Storage
+from resources.object_store import ClientConfig, S3Config, S3Storage
 from resources.spark_server import long_lived_spark
 
 

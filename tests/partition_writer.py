@@ -12,14 +12,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import servers
-from dagster_deltalake import S3Config
-from dagster_deltalake.config import ClientConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from resources import Lakehouse, SparkResource  # noqa: E402
 from resources.lakehouse.predicates import eq  # noqa: E402
-from resources.object_store import S3Storage  # noqa: E402
+from resources.object_store import ClientConfig, S3Config, S3Storage  # noqa: E402
 
 
 def day_rows(day: dt.date, name: str) -> pa.Table:
