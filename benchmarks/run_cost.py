@@ -1,5 +1,7 @@
 """What users wait for, measured side by side in one run:
 
+0. Loading the definitions in a fresh interpreter, as every run process does first, and
+   which heavy libraries that load imports.
 1. A one-day `dagster asset materialize` of visits_daily that boots its own local Spark,
    against one attached to the long-lived Spark (Spark Connect) `make dev` starts, once
    that one is warm (after one run).
@@ -92,6 +94,36 @@ def materialize(env: dict[str, str], *partition: str) -> float:
     if done.returncode != 0:
         raise SystemExit(f"run {' '.join(partition)} failed:\n{done.stdout}{done.stderr}")
     return time.monotonic() - started
+
+
+HEAVY_LIBRARIES = ("pandas", "pyarrow.dataset", "pyspark.sql.connect", "delta", "deltalake")
+
+
+def definitions_load() -> tuple[float, list[str]]:
+    """Seconds to import and load the definitions in a fresh interpreter (the median of
+    three), and the heavy libraries that load imported."""
+    probe = (
+        "import importlib.util, json, sys, time\n"
+        "started = time.perf_counter()\n"
+        f"spec = importlib.util.spec_from_file_location('definitions', {str(DEFINITIONS)!r})\n"
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "print(json.dumps([time.perf_counter() - started,"
+        f" [m for m in {HEAVY_LIBRARIES!r} if m in sys.modules]]))\n"
+    )
+    loads = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", probe],
+                cwd=PROJECT_ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+        for _ in range(3)
+    ]
+    seconds = sorted(load[0] for load in loads)[1]
+    return seconds, loads[0][1]
 
 
 def committed_days(lakehouse_root: Path) -> set[str]:
@@ -192,6 +224,12 @@ def main() -> None:
         write_day(landing, day, 3)
     first, last = days[0].isoformat(), days[-1].isoformat()
     # Each figure is printed as soon as it is measured.
+    seconds, heavy = definitions_load()
+    print(
+        f"Loading the definitions (a run process's start): {seconds:.2f} s; heavy "
+        f"libraries imported: {', '.join(heavy) or 'none'}",
+        flush=True,
+    )
     with long_lived_spark(scratch / "spark", os.environ, say=lambda line: None) as spark:
         boot = materialize(deployment(scratch / "boot", landing, {}), "--partition", first)
         # A long-lived Spark is warm: one run before the measured ones loads its classes
