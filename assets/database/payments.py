@@ -318,16 +318,10 @@ def payments(
     files = landing.list(day_folder(day), suffix=".jsonl", recursive=False)
     parsed = parse_payments(spark.session(), landing, files)
     metadata = commit_metadata(context, partition_key=context.partition_key, sources=parsed.sources)
-    if not lakehouse.exists(PAYMENTS):
-        # Created empty first, so that every insert is a commit on an existing table that
-        # Delta checks against the writer's app transaction (two runs creating the table
-        # at once would both pass: a create has no snapshot to conflict with).
-        lakehouse.append(
-            PAYMENTS,
-            PAYMENTS_SCHEMA.empty_table(),
-            metadata=metadata,
-            partition_by=["payment_date"],
-        )
+    # Created empty first, so that every insert is a commit on an existing table that
+    # Delta checks against the writer's app transaction (two runs creating the table at
+    # once would both pass: a create has no snapshot to conflict with).
+    lakehouse.create(PAYMENTS, PAYMENTS_SCHEMA, metadata=metadata, partition_by=["payment_date"])
     for attempt in range(1, WRITE_ATTEMPTS + 1):
         writer = lakehouse.app_transaction_version(PAYMENTS, WRITER_APP_ID)
         version = lakehouse.version(PAYMENTS)

@@ -421,10 +421,7 @@ def publish(
         (RETIRED, RETIRED_SCHEMA, None),
         (BUILDS, BUILDS_SCHEMA, None),
     ):
-        if not lakehouse.exists(table):
-            lakehouse.append(
-                table, schema.empty_table(), partition_by=partitioning, metadata=metadata
-            )
+        lakehouse.create(table, schema, partition_by=partitioning, metadata=metadata)
     retired_count = rebuild.retired.count()
     if retired_count:
         _record_retired(

@@ -22,7 +22,7 @@ from assets.source_files import SourceDataError
 from assets.transactional_writer import transactional_metadata, write_partition_once
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import AppTransaction, CommitResult
-from resources.lakehouse.frames import no_rows
+from resources.lakehouse.frames import arrow_schema
 from resources.lakehouse.predicates import eq
 
 VISITS_DAILY = "visits_daily"
@@ -99,9 +99,9 @@ def visits_daily(
             table=VISITS_DAILY,
             sources=visits.sources,
             write=write,
-            create_empty=lambda: lakehouse.append(
+            create_empty=lambda: lakehouse.create(
                 VISITS_DAILY,
-                no_rows(visits.rows),
+                arrow_schema(visits.rows),
                 partition_by=["event_date"],
                 metadata=metadata,
             ),

@@ -45,13 +45,7 @@ def record_first_seen(
 ) -> None:
     """Record `seen_at` for the visits of `days` (Arrow or a DataFrame) that were never
     seen before: one MERGE for a whole range, pinned to its days."""
-    if not lakehouse.exists(FIRST_SEEN):
-        lakehouse.append(
-            FIRST_SEEN,
-            FIRST_SEEN_SCHEMA.empty_table(),
-            partition_by=["event_date"],
-            metadata=metadata,
-        )
+    lakehouse.create(FIRST_SEEN, FIRST_SEEN_SCHEMA, partition_by=["event_date"], metadata=metadata)
     lakehouse.merge(
         FIRST_SEEN,
         _first_seen_rows(visits, seen_at=seen_at, run_id=run_id),

@@ -211,15 +211,10 @@ class Quarantined:
 
 
 def ensure_table(lakehouse: Lakehouse, table: str, metadata: Mapping[str, Any]) -> None:
-    """Create `table` empty with its schema if it does not exist yet (concurrent creators
-    are safe: appending nothing to a table someone else created changes nothing)."""
-    if not lakehouse.exists(table):
-        lakehouse.append(
-            table,
-            SCHEMAS[table].empty_table(),
-            metadata=metadata,
-            table_properties=TABLE_PROPERTIES[table],
-        )
+    """Create `table` empty with its schema if it does not exist yet."""
+    lakehouse.create(
+        table, SCHEMAS[table], metadata=metadata, table_properties=TABLE_PROPERTIES[table]
+    )
 
 
 def read_records(lakehouse: Lakehouse, table: str, subject_key: str | None) -> list[dict]:

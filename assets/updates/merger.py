@@ -81,9 +81,7 @@ def devices(
                     metadata={**metadata, **facts},
                     app_transaction=app_transaction,
                 ),
-                create_empty=lambda: lakehouse.append(
-                    DEVICES, DEVICES_SCHEMA.empty_table(), metadata=metadata
-                ),
+                create_empty=lambda: lakehouse.create(DEVICES, DEVICES_SCHEMA, metadata=metadata),
             )
             merged.update(outcome.progress())
         return transactional_metadata(

@@ -97,10 +97,7 @@ def merge_batch(
         raise ValueError("a batch without events has nothing to merge")
     window = dt.timedelta(days=window_days)
     first_day, last_day = first_day - window, last_day + window
-    if not lakehouse.exists(USER_EVENTS):
-        lakehouse.append(
-            USER_EVENTS, TABLE_SCHEMA.empty_table(), partition_by=["event_date"], metadata=metadata
-        )
+    lakehouse.create(USER_EVENTS, TABLE_SCHEMA, partition_by=["event_date"], metadata=metadata)
     days = between("event_date", first_day, last_day)
     in_window, total = lakehouse.partition_files(USER_EVENTS, where=days)
     pinned = between("t.event_date", first_day, last_day).render(lakehouse.dialect)

@@ -135,10 +135,24 @@ class DeltaRsEngine(port.DeltaEngine):
     ) -> None:
         self._spark = spark
         self._storage_options = dict(storage_options) if storage_options else None
+        # Each table's latest snapshot, brought up to date before every use: reading the
+        # commits since the last use costs a listing of the log, where opening the table
+        # anew reads its checkpoint and every commit after it, for each of the dozen
+        # operations a partition's write makes.
+        self._latest: dict[str, DeltaTable] = {}
+
+    def forget(self, table: str) -> None:
+        self._latest.pop(table, None)
 
     def _table(self, table: str, version: int | None = None) -> DeltaTable:
+        if version is None and (latest := self._latest.get(table)) is not None:
+            try:
+                latest.update_incremental()
+                return latest
+            except (DeltaError, OSError):
+                self.forget(table)  # gone or replaced under us: open it anew
         try:
-            return DeltaTable(table, version=version, storage_options=self._storage_options)
+            delta = DeltaTable(table, version=version, storage_options=self._storage_options)
         except TableNotFoundError as e:
             if version is not None and self.exists(table):
                 # delta-rs says "not found" for a version whose log entry is gone.
@@ -148,6 +162,9 @@ class DeltaRsEngine(port.DeltaEngine):
             if version is not None:
                 raise port.VersionUnavailableError(table, version, str(e)) from e
             raise
+        if version is None:
+            self._latest[table] = delta
+        return delta
 
     def exists(self, table: str) -> bool:
         return DeltaTable.is_deltatable(table, storage_options=self._storage_options)

@@ -127,6 +127,9 @@ class DeltaSparkEngine(port.DeltaEngine):
     def history(self, table: str, *, limit: int | None = None) -> list[port.HistoryEntry]:
         return self._log.history(table, limit=limit)
 
+    def forget(self, table: str) -> None:
+        self._log.forget(table)
+
     def app_transaction_version(self, table: str, app_id: str) -> int | None:
         return self._log.app_transaction_version(table, app_id)
 

@@ -58,9 +58,13 @@ def staged_parts(frame: DataFrame, column: str, *, collect: bool) -> StagedParts
     return StagedParts(frame, column, counts)
 
 
-def no_rows(data: Data) -> Data:
-    """`data`'s schema without its rows (e.g. to create a table before its first write)."""
-    return data.slice(0, 0) if is_arrow(data) else data.limit(0)
+def arrow_schema(data: Data) -> pa.Schema:
+    """`data`'s schema in Arrow's types (e.g. to create a table before its first write)."""
+    if is_arrow(data):
+        return data.schema
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(data.schema)
 
 
 def frame_from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:

@@ -253,6 +253,10 @@ class DeltaEngine(ABC):
     def version(self, table: str) -> int | None: ...
 
     @abstractmethod
+    def forget(self, table: str) -> None:
+        """Drop what this engine keeps of `table` (its directory is being deleted)."""
+
+    @abstractmethod
     def read(
         self,
         table: str,

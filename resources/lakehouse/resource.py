@@ -47,6 +47,7 @@ class Lakehouse(dg.ConfigurableResource):
     commit_attempts: int = 10
 
     _engine: port.DeltaEngine | None = PrivateAttr(default=None)
+    _in_process: Lakehouse | None = PrivateAttr(default=None)
 
     # -- naming -------------------------------------------------------------------------
 
@@ -86,17 +87,19 @@ class Lakehouse(dg.ConfigurableResource):
 
     def in_process(self) -> Lakehouse:
         """This lakehouse through delta-rs alone, whatever its engine: for the small
-        commits of code that must not start a JVM (a sensor's own state). Tables written
-        by one engine are readable and writable by the other."""
+        commits of control tables, and of code that must not start a JVM (a sensor's own
+        state). Tables written by one engine are readable and writable by the other."""
         if self.engine == "delta-rs":
             return self
-        return Lakehouse(
-            root=self.root,
-            engine="delta-rs",
-            spark=self.spark,
-            s3=self.s3,
-            commit_attempts=self.commit_attempts,
-        )
+        if self._in_process is None:
+            self._in_process = Lakehouse(
+                root=self.root,
+                engine="delta-rs",
+                spark=self.spark,
+                s3=self.s3,
+                commit_attempts=self.commit_attempts,
+            )
+        return self._in_process
 
     def _filesystem(self) -> tuple[pafs.FileSystem, Callable[[str], str]]:
         """The filesystem under the root, and how a URI becomes its path there."""
@@ -123,6 +126,9 @@ class Lakehouse(dg.ConfigurableResource):
         location = path(self.uri(table))
         if filesystem.get_file_info(location).type == pafs.FileType.NotFound:
             return False
+        for lakehouse in (self, self._in_process):
+            if lakehouse is not None and lakehouse._engine is not None:
+                lakehouse._engine.forget(self.uri(table))
         filesystem.delete_dir(location)
         return True
 
@@ -235,6 +241,31 @@ class Lakehouse(dg.ConfigurableResource):
         return staged_parts(frame, column, collect=self.engine == "delta-rs")
 
     # -- writes -------------------------------------------------------------------------
+
+    def create(
+        self,
+        table: str,
+        schema: pa.Schema,
+        *,
+        metadata: Mapping[str, Any],
+        partition_by: Sequence[str] | None = None,
+        table_properties: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Create `table` without rows unless it exists; returns whether this call did.
+
+        Created in the process (delta-rs) whatever the engine: an empty commit needs no
+        executors, and on local Spark it cost a 2.4 s job. Racing creators are safe: an
+        append of nothing to a table another run created changes nothing."""
+        if self.exists(table):
+            return False
+        self.in_process().append(
+            table,
+            schema.empty_table(),
+            metadata=metadata,
+            partition_by=partition_by,
+            table_properties=table_properties,
+        )
+        return True
 
     def append(
         self,

@@ -66,8 +66,7 @@ def _now() -> dt.datetime:
 
 
 def _ensure(lakehouse: Lakehouse, metadata: dict) -> None:
-    if not lakehouse.exists(LOAD_MANIFEST):
-        lakehouse.append(LOAD_MANIFEST, SCHEMA.empty_table(), metadata=metadata)
+    lakehouse.create(LOAD_MANIFEST, SCHEMA, metadata=metadata)
 
 
 def _rows(values: Sequence[dict]) -> pa.Table:
