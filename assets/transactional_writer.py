@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from assets.materialization import materialization_metadata, skipped_metadata
 from resources.lakehouse import AppTransaction, CommitResult, Lakehouse, StaleWriteError
-from resources.lakehouse.predicates import And, eq
+from resources.lakehouse.predicates import And, eq, is_in
 from resources.landing import Fingerprint, sources_digest
 
 INPUT_VERSIONS = "input_versions"
@@ -53,7 +53,8 @@ INPUT_VERSIONS_SCHEMA = pa.schema(
 APP_ID = "transaction_app_id"
 INPUT_VERSION = "input_version"
 """Commit metadata of a transactional write: which app id and input it carried."""
-REGISTER_ATTEMPTS = 5
+REGISTER_ATTEMPTS = 20
+"""Registrations of one asset are serialized: this many runs may register at once."""
 COMPACT_EVERY = 50
 """`input_versions` is compacted every this many commits, so a registration reads a
 bounded number of files whatever the history."""
@@ -93,19 +94,113 @@ class InputVersion:
         return {APP_ID: self.app_id, INPUT_VERSION: self.version}
 
 
-def latest_input(lakehouse: Lakehouse, asset_key: str, partition_key: str) -> InputVersion | None:
+def registrations_id(asset_key: str) -> str:
+    """The app id under which `input_versions` counts an asset's registration commits."""
+    return f"{INPUT_VERSIONS}/{asset_key}"
+
+
+def latest_inputs(
+    lakehouse: Lakehouse, asset_key: str, partition_keys: Sequence[str]
+) -> dict[str, InputVersion]:
+    """The latest registered input of each of these partitions (never registered: absent)."""
     lakehouse = lakehouse.in_process()
     if not lakehouse.exists(INPUT_VERSIONS):
-        return None
+        return {}
     rows = lakehouse.read_arrow(
         INPUT_VERSIONS,
-        where=And((eq("asset_key", asset_key), eq("partition_key", partition_key))),
-        columns=["input_version", "input_digest"],
+        where=And((eq("asset_key", asset_key), is_in("partition_key", partition_keys))),
+        columns=["partition_key", "input_version", "input_digest"],
     ).to_pylist()
-    if not rows:
-        return None
-    newest = max(rows, key=lambda row: row["input_version"])
-    return InputVersion(asset_key, partition_key, newest["input_version"], newest["input_digest"])
+    latest: dict[str, InputVersion] = {}
+    for row in rows:
+        key = row["partition_key"]
+        if key not in latest or row["input_version"] > latest[key].version:
+            latest[key] = InputVersion(asset_key, key, row["input_version"], row["input_digest"])
+    return latest
+
+
+def latest_input(lakehouse: Lakehouse, asset_key: str, partition_key: str) -> InputVersion | None:
+    return latest_inputs(lakehouse, asset_key, [partition_key]).get(partition_key)
+
+
+def register_inputs(
+    lakehouse: Lakehouse,
+    *,
+    asset_key: str,
+    digests: Mapping[str, str],
+    run_id: str,
+    reason: str = "input",
+    force: bool = False,
+) -> dict[str, InputVersion]:
+    """The number of each partition's input (`digests`: partition key -> digest): the
+    latest one when its digest is the latest recorded (unless `force`), else the next,
+    recorded before it is returned. One read and at most one commit for all of them, so a
+    range run registers its days at the cost of one.
+
+    Registrations of one asset are serialized by the control table's own app transaction
+    (app id `input_versions/<asset key>`, one step per commit): two runs registering at
+    once compute their numbers from the same state, one commits, and the other is refused,
+    reads again and takes the numbers after.
+
+    The control table is written in the process (delta-rs) whatever the engine: a row a
+    commit is a Spark job's fixed cost on delta-spark, and every writer of the table must
+    coordinate commits the same way on an object store."""
+    if not digests:
+        return {}
+    lakehouse = lakehouse.in_process()
+    # Created empty first: a commit that creates a table has no snapshot to check an app
+    # transaction against, so two runs creating it at once would both pass.
+    lakehouse.create(INPUT_VERSIONS, INPUT_VERSIONS_SCHEMA, metadata={"dagster_run_id": run_id})
+    counter = registrations_id(asset_key)
+    attempt = 1
+    while True:
+        # The count before the rows: a registration committed between the two reads moves
+        # the count past ours and refuses our commit, never leaving us a stale number.
+        count = lakehouse.app_transaction_version(INPUT_VERSIONS, counter) or 0
+        latest = latest_inputs(lakehouse, asset_key, list(digests))
+        registered: dict[str, InputVersion] = {}
+        for partition_key, digest in digests.items():
+            current = latest.get(partition_key)
+            if current is not None and current.digest == digest and not force:
+                registered[partition_key] = current
+            else:
+                number = (current.version if current else 0) + 1
+                registered[partition_key] = InputVersion(asset_key, partition_key, number, digest)
+        new = [entry for key, entry in registered.items() if latest.get(key) != entry]
+        if not new:
+            return registered
+        now = dt.datetime.now(dt.UTC)
+        rows = pa.Table.from_pylist(
+            [
+                {
+                    "asset_key": asset_key,
+                    "partition_key": entry.partition_key,
+                    "input_version": entry.version,
+                    "input_digest": entry.digest,
+                    "reason": reason,
+                    "dagster_run_id": run_id,
+                    "registered_at": now,
+                }
+                for entry in new
+            ],
+            schema=INPUT_VERSIONS_SCHEMA,
+        )
+        try:
+            committed = lakehouse.append(
+                INPUT_VERSIONS,
+                rows,
+                metadata={"dagster_run_id": run_id, "asset_key": asset_key, "reason": reason},
+                app_transaction=AppTransaction(counter, count + 1),
+            )
+            if committed.version % COMPACT_EVERY == 0:
+                # Without compaction every registration would read one more file than
+                # the last (a backfill of 364 one-day runs reads 66,000).
+                lakehouse.compact(INPUT_VERSIONS, metadata={"dagster_run_id": run_id})
+            return registered
+        except StaleWriteError:
+            if attempt == REGISTER_ATTEMPTS:
+                raise
+            attempt += 1
 
 
 def register_input(
@@ -118,59 +213,15 @@ def register_input(
     reason: str = "input",
     force: bool = False,
 ) -> InputVersion:
-    """The number of this input: the latest one when its digest is the latest recorded
-    (unless `force`), else the next, recorded before it is returned.
-
-    Two runs registering different inputs of one partition at once both compute the same
-    next number; the control table's own app transaction (same app id) lets one commit
-    and refuses the other, which then reads again and takes the number after.
-
-    The control table is written in the process (delta-rs) whatever the engine: a row a
-    commit is a Spark job's fixed cost on delta-spark (1.4 s a registration measured on
-    local Spark), and every writer of the table must coordinate commits the same way on
-    an object store."""
-    lakehouse = lakehouse.in_process()
-    # Created empty first: a commit that creates a table has no snapshot to check an app
-    # transaction against, so two runs creating it at once would both pass.
-    lakehouse.create(INPUT_VERSIONS, INPUT_VERSIONS_SCHEMA, metadata={"dagster_run_id": run_id})
-    attempt = 1
-    while True:
-        latest = latest_input(lakehouse, asset_key, partition_key)
-        if latest is not None and latest.digest == digest and not force:
-            return latest
-        registered = InputVersion(
-            asset_key, partition_key, (latest.version if latest else 0) + 1, digest
-        )
-        row = pa.Table.from_pylist(
-            [
-                {
-                    "asset_key": asset_key,
-                    "partition_key": partition_key,
-                    "input_version": registered.version,
-                    "input_digest": digest,
-                    "reason": reason,
-                    "dagster_run_id": run_id,
-                    "registered_at": dt.datetime.now(dt.UTC),
-                }
-            ],
-            schema=INPUT_VERSIONS_SCHEMA,
-        )
-        try:
-            committed = lakehouse.append(
-                INPUT_VERSIONS,
-                row,
-                metadata={"dagster_run_id": run_id, **registered.commit_facts, "reason": reason},
-                app_transaction=registered.app_transaction,
-            )
-            if committed.version % COMPACT_EVERY == 0:
-                # A row a commit: without compaction every registration would read one more
-                # file than the last (a 364-day backfill reads 66,000).
-                lakehouse.compact(INPUT_VERSIONS, metadata={"dagster_run_id": run_id})
-            return registered
-        except StaleWriteError:
-            if attempt == REGISTER_ATTEMPTS:
-                raise
-            attempt += 1
+    """`register_inputs` of one partition."""
+    return register_inputs(
+        lakehouse,
+        asset_key=asset_key,
+        digests={partition_key: digest},
+        run_id=run_id,
+        reason=reason,
+        force=force,
+    )[partition_key]
 
 
 @dataclass(frozen=True)
@@ -203,10 +254,12 @@ def write_exactly_once(
     write: Callable[[AppTransaction, Mapping[str, Any]], CommitResult],
     create_empty: Callable[[], object],
     force: bool = False,
+    registered: RegisteredInputs | None = None,
 ) -> TransactionalWrite:
     """Register the input, then call `write(app_transaction, commit_facts)` unless the
     table already holds this input. `write` makes one commit carrying the app transaction
     and the facts in its commit metadata (the restore job finds partitions by them).
+    `registered`: the inputs of a range, registered before its first write.
 
     `create_empty` creates the table without rows (with the write's schema and
     partitioning) when it does not exist yet: a write that creates a table has no
@@ -214,24 +267,74 @@ def write_exactly_once(
     racing to create the table would both commit."""
     if not lakehouse.exists(table):
         create_empty()
-    registered = register_input(
-        lakehouse,
-        asset_key=asset_key,
-        partition_key=partition_key,
-        digest=digest,
-        run_id=run_id,
-        force=force,
-    )
-    committed = lakehouse.app_transaction_version(table, registered.app_id)
-    if committed is not None and committed >= registered.version:
-        return TransactionalWrite(registered, None, _already_committed(registered, committed))
+    if registered is not None and partition_key in registered.inputs:
+        input_version = registered.inputs[partition_key]
+        committed = registered.committed.get(input_version.app_id)
+    else:
+        input_version = register_input(
+            lakehouse,
+            asset_key=asset_key,
+            partition_key=partition_key,
+            digest=digest,
+            run_id=run_id,
+            force=force,
+        )
+        committed = lakehouse.app_transaction_version(table, input_version.app_id)
+    if committed is not None and committed >= input_version.version:
+        return TransactionalWrite(input_version, None, _already_committed(input_version, committed))
     try:
         return TransactionalWrite(
-            registered, write(registered.app_transaction, registered.commit_facts)
+            input_version, write(input_version.app_transaction, input_version.commit_facts)
         )
     except StaleWriteError as stale:
         # A concurrent run committed this input, or a newer one, after our check.
-        return TransactionalWrite(registered, None, _already_committed(registered, stale.current))
+        return TransactionalWrite(
+            input_version, None, _already_committed(input_version, stale.current)
+        )
+
+
+@dataclass(frozen=True)
+class RegisteredInputs:
+    """A range's inputs, registered in one commit before its first partition is written,
+    and the input each partition's app id had committed then (absent: none). A commit
+    made after that read is still caught: the write's app transaction refuses it."""
+
+    inputs: Mapping[str, InputVersion]
+    committed: Mapping[str, int]
+
+
+def _partition_digest(context: dg.AssetExecutionContext, sources: Sequence[Fingerprint]) -> str:
+    code_version = context.assets_def.code_versions_by_key.get(context.asset_key)
+    return input_digest({"sources": sources_digest(sources), "code_version": code_version})
+
+
+def _rewrite(context: dg.AssetExecutionContext) -> bool:
+    return context.run.tags.get(REWRITE_TAG, "").lower() == "true"
+
+
+def register_partitions(
+    context: dg.AssetExecutionContext,
+    lakehouse: Lakehouse,
+    *,
+    table: str,
+    sources: Mapping[str, Sequence[Fingerprint]],
+) -> RegisteredInputs:
+    """Register the inputs of this run's partitions (`sources`: partition key -> its source
+    files) in one commit, for `write_partition_once` to take: a range of 364 days then
+    pays one registration, not 364."""
+    inputs = register_inputs(
+        lakehouse,
+        asset_key=context.asset_key.to_user_string(),
+        digests={key: _partition_digest(context, files) for key, files in sources.items()},
+        run_id=context.run_id,
+        force=_rewrite(context),
+    )
+    committed = (
+        lakehouse.app_transaction_versions(table, [entry.app_id for entry in inputs.values()])
+        if lakehouse.exists(table)
+        else {}
+    )
+    return RegisteredInputs(inputs, committed)
 
 
 def write_partition_once(
@@ -243,21 +346,22 @@ def write_partition_once(
     sources: Sequence[Fingerprint],
     write: Callable[[AppTransaction, Mapping[str, Any]], CommitResult],
     create_empty: Callable[[], object],
+    registered: RegisteredInputs | None = None,
 ) -> TransactionalWrite:
     """`write_exactly_once` for one of this run's asset partitions. The input is the partition's
     source files and the asset's code version: a changed `code_version` is a new input,
-    so new code rewrites what old code wrote."""
-    code_version = context.assets_def.code_versions_by_key.get(context.asset_key)
+    so new code rewrites what old code wrote. `registered`: from `register_partitions`."""
     return write_exactly_once(
         lakehouse,
         table=table,
         asset_key=context.asset_key.to_user_string(),
         partition_key=partition_key,
-        digest=input_digest({"sources": sources_digest(sources), "code_version": code_version}),
+        digest=_partition_digest(context, sources),
         run_id=context.run_id,
         write=write,
         create_empty=create_empty,
-        force=context.run.tags.get(REWRITE_TAG, "").lower() == "true",
+        force=_rewrite(context),
+        registered=registered,
     )
 
 
@@ -310,12 +414,12 @@ def mark_restored(
             if meta.get(APP_ID) and meta.get("asset_key") and meta.get("partition_key")
         }
     )
-    for asset_key, partition_key in partitions:
-        register_input(
+    digest = input_digest({"restored": table, "note": note})
+    for asset_key in sorted({asset_key for asset_key, _ in partitions}):
+        register_inputs(
             lakehouse,
             asset_key=asset_key,
-            partition_key=partition_key,
-            digest=input_digest({"restored": table, "note": note}),
+            digests={key: digest for asset, key in partitions if asset == asset_key},
             run_id=run_id,
             reason=note,
             force=True,

@@ -19,7 +19,11 @@ from assets.overwriting.visits_source import VisitDay, parse_visit_days
 from assets.partition_range import SINGLE_RUN, materialize_partitions, run_span
 from assets.progress import Progress
 from assets.source_files import SourceDataError
-from assets.transactional_writer import transactional_metadata, write_partition_once
+from assets.transactional_writer import (
+    register_partitions,
+    transactional_metadata,
+    write_partition_once,
+)
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import AppTransaction, CommitResult
 from resources.lakehouse.frames import arrow_schema
@@ -75,6 +79,18 @@ def visits_daily(
                 metadata=commit_metadata(context, partition_key=run_span(keys)),
             )
 
+    # The days' inputs in one commit of the control table, before the first day's write.
+    registered = register_partitions(
+        context,
+        lakehouse,
+        table=VISITS_DAILY,
+        sources={
+            key: visits.sources
+            for key in keys
+            if isinstance(visits := parsed.days[parse_day(key)], VisitDay)
+        },
+    )
+
     def materialize_day(partition_key: str) -> dict[str, Any]:
         day = parse_day(partition_key)
         visits = parsed.days[day]
@@ -105,6 +121,7 @@ def visits_daily(
                 partition_by=["event_date"],
                 metadata=metadata,
             ),
+            registered=registered,
         )
         return transactional_metadata(
             lakehouse,

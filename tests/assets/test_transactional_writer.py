@@ -2,6 +2,7 @@
 races and SIGKILLed writers."""
 
 import datetime as dt
+from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 import pyarrow as pa
@@ -20,6 +21,7 @@ from assets.transactional_writer import (
     REWRITE_TAG,
     latest_input,
     register_input,
+    register_inputs,
     transactional_metadata,
     write_exactly_once,
     write_partition_once,
@@ -46,6 +48,45 @@ def test_an_input_keeps_its_number_until_it_changes(lakehouse):
     assert register(lakehouse, "A", force=True) == 4
     assert latest_input(lakehouse, "a", "p").digest == "A"
     assert latest_input(lakehouse, "a", "other") is None
+
+
+@pytest.mark.parametrize("engine", ["delta-rs"])  # the control table is in-process, either way
+def test_a_range_registers_its_inputs_in_one_commit(lakehouse):
+    days = [f"2024-01-{i:02d}" for i in range(1, 31)]
+    first = register_inputs(lakehouse, asset_key="a", digests=dict.fromkeys(days, "d"), run_id="r")
+    assert {entry.version for entry in first.values()} == {1}
+    assert lakehouse.version(INPUT_VERSIONS) == 1  # 0 created it empty
+    again = register_inputs(lakehouse, asset_key="a", digests=dict.fromkeys(days, "d"), run_id="r")
+    assert again == first and lakehouse.version(INPUT_VERSIONS) == 1
+    changed = register_inputs(
+        lakehouse, asset_key="a", digests={**dict.fromkeys(days, "d"), days[3]: "e"}, run_id="r"
+    )
+    assert changed[days[3]].version == 2 and changed[days[4]].version == 1
+    assert lakehouse.version(INPUT_VERSIONS) == 2
+
+
+@pytest.mark.parametrize("engine", ["delta-rs"])
+def test_writers_registering_at_once_never_get_the_same_number(lakehouse):
+    """Four writers, each with its own connection, register inputs of one partition at
+    once (and of one partition of their own): every input gets a number of its own."""
+
+    def writer(name: str) -> list[int]:
+        own = Lakehouse(root=lakehouse.root, engine="delta-rs", spark=lakehouse.spark)
+        return [
+            register_inputs(
+                own,
+                asset_key="a",
+                digests={"shared": f"{name}-{i}", name: f"{name}-{i}"},
+                run_id=name,
+            )["shared"].version
+            for i in range(5)
+        ]
+
+    with ThreadPoolExecutor(4) as pool:
+        numbers = [n for got in pool.map(writer, ["w1", "w2", "w3", "w4"]) for n in got]
+    assert sorted(numbers) == list(range(1, 21))
+    assert latest_input(lakehouse, "a", "shared").version == 20
+    assert all(latest_input(lakehouse, "a", w).version == 5 for w in ["w1", "w2", "w3", "w4"])
 
 
 def write_rows(lakehouse, digest: str, rows: list[int], *, write_first=None):
