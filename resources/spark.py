@@ -24,6 +24,12 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 MINIMUM_JAVA = 17
 LOOPBACK = ("127.0.0.1", "localhost")
+_STOPPED_SESSIONS: list[Any] = []
+"""Connect sessions this process stopped, kept referenced. pyspark 4.0's Connect client
+deadlocks when the garbage collector finalizes a session in the middle of another
+session's query: the finalizer shuts down the release thread pool the query is
+submitting to (SPARK-55362, fixed in pyspark 4.1). A process that runs many runs (a test
+session, `execute_in_process`) would otherwise hang at random."""
 
 
 class JavaNotFoundError(RuntimeError):
@@ -223,6 +229,7 @@ class SparkResource(dg.ConfigurableResource):
             # relations, temporary views) now: left to the process's exit, the client
             # would try for minutes to release them on a server that may be gone.
             self._remote_session.stop()
+            _STOPPED_SESSIONS.append(self._remote_session)
             self._remote_session = None
 
     def forward_jvm_output(self) -> None:
