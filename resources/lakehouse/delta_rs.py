@@ -138,7 +138,8 @@ class DeltaRsEngine(port.DeltaEngine):
         # Each table's latest snapshot, brought up to date before every use: reading the
         # commits since the last use costs a listing of the log, where opening the table
         # anew reads its checkpoint and every commit after it, for each of the dozen
-        # operations a partition's write makes.
+        # operations a partition's write makes. A table dropped through the lakehouse is
+        # forgotten; one deleted by hand and created again while a run is going is not.
         self._latest: dict[str, DeltaTable] = {}
 
     def forget(self, table: str) -> None:
