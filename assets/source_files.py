@@ -111,6 +111,9 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
         loaded = spark.read.format("binaryFile").load(
             [_hadoop_path(landing, stat.path) for stat in readable]
         )
+        # Resolved now, not at the first action: Spark Connect plans lazily, and a file
+        # gone since the listing must be named here whichever way the run reaches Spark.
+        loaded.schema  # noqa: B018
     except AnalysisException as error:
         gone = [stat for stat in readable if not landing.absolute(stat.path).is_file()]
         if error.getCondition() != "PATH_NOT_FOUND" or not gone:

@@ -6,6 +6,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -30,6 +32,34 @@ deadlocks when the garbage collector finalizes a session in the middle of anothe
 session's query: the finalizer shuts down the release thread pool the query is
 submitting to (SPARK-55362, fixed in pyspark 4.1). A process that runs many runs (a test
 session, `execute_in_process`) would otherwise hang at random."""
+
+
+@dataclass
+class _RunSession:
+    session: Any
+    holders: int
+
+
+_RUN_SESSIONS: dict[tuple[str, str | None], _RunSession] = {}
+"""The Connect session of each run in this process, by (URL, run id). Dagster gives each
+resource of a run its own copy (an asset's `spark`, the one inside its `lakehouse`), and a
+DataFrame may only meet DataFrames of its own session: the copies of one run share one
+session, which the last of them to tear down stops. Runs side by side in one process
+(threads of `execute_in_process`, a test session) each have their own, so stopping one
+never pulls the session from under another. Without a run (a script, a test's fixture)
+the key is None: one session for the process, which no teardown stops."""
+_RUN_SESSIONS_LOCK = threading.Lock()
+
+
+def _activate(session: Any) -> None:
+    """Make `session` the calling thread's active Connect session. pyspark 4.0 binds what
+    `localCheckpoint()` returns to the thread's active session, not to the session that
+    checkpointed (`proto_to_remote_cached_dataframe`), and Connect has no public setter:
+    with a session per run, a checkpoint would otherwise be looked up in another run's
+    session ("No DataFrame with id ... is found in the session")."""
+    from pyspark.sql.connect.session import SparkSession
+
+    SparkSession._active_session.session = session
 
 
 class JavaNotFoundError(RuntimeError):
@@ -123,6 +153,7 @@ class SparkResource(dg.ConfigurableResource):
     _jvm_output: JvmOutput | None = PrivateAttr(default=None)
     _log: Any = PrivateAttr(default=None)
     _remote_session: SparkSession | None = PrivateAttr(default=None)
+    _run_id: str | None = PrivateAttr(default=None)
 
     def spark_config(self) -> dict[str, Any]:
         config: dict[str, Any] = {
@@ -184,13 +215,8 @@ class SparkResource(dg.ConfigurableResource):
     def session(self) -> SparkSession:
         if self.remote:
             if self._remote_session is None:
-                from pyspark.sql import SparkSession
-
-                self._require_server()
-                builder = SparkSession.builder.remote(self.remote)
-                for key, value in self.session_config().items():
-                    builder = builder.config(key, value)
-                self._remote_session = builder.getOrCreate()
+                self._remote_session = self._run_session()
+            _activate(self._remote_session)
             return self._remote_session
         if self._lazy is None:
             ensure_java()
@@ -200,6 +226,41 @@ class SparkResource(dg.ConfigurableResource):
                 self._lazy.spark_session  # noqa: B018 - starts the JVM, its output captured
             self.forward_jvm_output()
         return self._lazy.spark_session
+
+    def _run_session(self) -> SparkSession:
+        """The run's Connect session, opened by the first of its resources to ask."""
+        from pyspark.sql import SparkSession
+
+        key = (self.remote, self._run_id)
+        with _RUN_SESSIONS_LOCK:
+            shared = _RUN_SESSIONS.get(key)
+            if shared is None or shared.session.is_stopped:
+                self._require_server()
+                builder = SparkSession.builder.remote(self.remote)
+                for name, value in self.session_config().items():
+                    builder = builder.config(name, value)
+                # create(), not getOrCreate(): never the process's default session, which
+                # belongs to no run.
+                shared = _RUN_SESSIONS[key] = _RunSession(builder.create(), holders=0)
+            shared.holders += 1
+            return shared.session
+
+    def _release_run_session(self) -> None:
+        """The run's session is stopped when its last resource lets go of it. Stopping
+        releases what it holds on the long-lived Spark (checkpoints, cached relations,
+        temporary views) now: left to the process's exit, the client would try for
+        minutes to release them on a server that may be gone."""
+        key = (self.remote, self._run_id)
+        with _RUN_SESSIONS_LOCK:
+            shared = _RUN_SESSIONS.get(key)
+            if shared is None or shared.session is not self._remote_session:
+                return
+            shared.holders -= 1
+            if shared.holders > 0:
+                return
+            del _RUN_SESSIONS[key]
+        shared.session.stop()
+        _STOPPED_SESSIONS.append(shared.session)
 
     def _require_server(self) -> None:
         """The server behind `remote` answers, or this says why in one line: a managed
@@ -219,17 +280,14 @@ class SparkResource(dg.ConfigurableResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._log = context.log
+        self._run_id = context.run_id
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         self.forward_jvm_output()
         if self._jvm_output is not None:
             self._jvm_output.close()
-        if self._remote_session is not None:
-            # Release what the session holds on the long-lived Spark (checkpoints, cached
-            # relations, temporary views) now: left to the process's exit, the client
-            # would try for minutes to release them on a server that may be gone.
-            self._remote_session.stop()
-            _STOPPED_SESSIONS.append(self._remote_session)
+        if self._remote_session is not None and self._run_id is not None:
+            self._release_run_session()
             self._remote_session = None
 
     def forward_jvm_output(self) -> None:

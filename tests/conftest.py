@@ -57,7 +57,15 @@ def spark_remote(tmp_path_factory) -> Iterator[dict[str, str]]:
     """The long-lived Spark `make dev` starts (a Spark Connect server, started once for the
     session when a test asks for it, stopped by its pid at the end): tests that launch
     run processes give them these variables, and the runs attach to it as they do under
-    `make dev`, instead of booting a JVM each."""
+    `make dev`, instead of booting a JVM each. A suite run attached to a long-lived Spark
+    (SPARK_REMOTE) gives them that one."""
+    if os.environ.get("SPARK_REMOTE"):
+        yield {
+            name: os.environ[name]
+            for name in ("SPARK_REMOTE", "SPARK_SERVER_STATE")
+            if name in os.environ
+        }
+        return
     state = tmp_path_factory.mktemp("spark") / "connect"
     with long_lived_spark(state, {}, say=lambda line: None) as variables:
         yield variables

@@ -63,3 +63,34 @@ def test_delta_spark_writer_processes_sharing_one_spark_lose_no_s3_commit(
     servers.create_bucket(s3_endpoint, bucket)
     lake = Lakehouse(root=f"s3://{bucket}/lakehouse", engine="delta-rs", spark=spark, s3=s3_storage)
     partition_writer.race(lake, s3_endpoint, engine="delta-spark", remote=spark_remote)
+
+
+def test_runs_side_by_side_in_one_process_each_keep_their_own_session(spark_remote):
+    """Runs in one process (threads of `execute_in_process`, a test session) attached to
+    the long-lived Spark: each has its own Connect session, which its teardown stops
+    without pulling the session from under another run or the caller, and a checkpoint
+    stays in the session that made it. Before, the runs shared the process's default
+    session: concurrent days of payments failed with NO_ACTIVE_SESSION, and a vanished
+    file surfaced as a gRPC error instead of naming the file."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "tests/assets/database/test_payments.py::test_concurrent_days_carrying_one_key_never_both_commit_it",
+            "tests/assets/immutable/test_device_snapshot.py",
+            "tests/assets/overwriting/test_data_overwrite.py::test_a_backfilled_range_is_one_run_with_a_commit_and_a_materialization_per_day",
+            "tests/bad_input/test_visits.py",
+            "-p",
+            "no:randomly",
+            "-q",
+        ],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "SPARK_REMOTE": spark_remote},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    summary = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 0, done.stdout[-5000:]
+    assert re.fullmatch(r"\d+ passed in .*", summary), summary
