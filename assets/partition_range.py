@@ -51,6 +51,10 @@ def run_span(keys: Sequence[str]) -> str:
 
 # The facts a progress line names, when a partition's metadata has them.
 _PROGRESS_FACTS = ("delta_version", "rows_inserted", "rows_deleted", "visits", "skipped")
+PROGRESS_EVERY_SECONDS = 2.0
+"""A range logs a partition's line when this long has passed since the last line (and
+always its first and last partition, and every failure): each line is an event in the
+run's log, and a line per partition of a year of small days costs more than the days."""
 
 
 def materialize_partitions(
@@ -74,6 +78,7 @@ def materialize_partitions(
         return
     done: dict[str, Mapping[str, Any]] = {}
     failed: dict[str, Exception] = {}
+    last_line = float("-inf")
     for index, key in enumerate(keys, 1):
         started = time.monotonic()
         try:
@@ -85,10 +90,12 @@ def materialize_partitions(
                 break
             continue
         done[key] = metadata
-        context.log.info(
-            f"{key} ({index}/{len(keys)}) in {time.monotonic() - started:.1f} s: "
-            f"{_progress(metadata)}"
-        )
+        now = time.monotonic()
+        if index == len(keys) or now - last_line >= PROGRESS_EVERY_SECONDS:
+            last_line = now
+            context.log.info(
+                f"{key} ({index}/{len(keys)}) in {now - started:.1f} s: {_progress(metadata)}"
+            )
     if not failed:
         for key, metadata in done.items():
             context.add_asset_metadata(dict(metadata), partition_key=key)

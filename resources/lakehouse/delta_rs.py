@@ -124,6 +124,12 @@ def _partition_mask(predicate: Predicate, partitions: pa.Table) -> pa.ChunkedArr
 
 # How many commits racing writers may have stacked on a table we just created.
 _CREATION_RACE_DEPTH = 50
+_REOPEN_AFTER = 32
+"""Commits a kept snapshot is brought forward by before the table is opened anew. delta-rs
+keeps what each incremental update read, and every later write on that snapshot slows
+down with it (measured on a partition's replaceWhere: 5 ms at first, 31 ms after 360
+commits), where a table opened anew starts from its latest checkpoint (about 6 ms a write
+over the same 360 commits when reopened every 20 to 50)."""
 
 
 class DeltaRsEngine(port.DeltaEngine):
@@ -141,17 +147,23 @@ class DeltaRsEngine(port.DeltaEngine):
         # operations a partition's write makes. A table dropped through the lakehouse is
         # forgotten; one deleted by hand and created again while a run is going is not.
         self._latest: dict[str, DeltaTable] = {}
+        self._opened_at: dict[str, int] = {}
+        """The version each kept snapshot was opened at (see _REOPEN_AFTER)."""
 
     def forget(self, table: str) -> None:
         self._latest.pop(table, None)
+        self._opened_at.pop(table, None)
 
     def _table(self, table: str, version: int | None = None) -> DeltaTable:
         if version is None and (latest := self._latest.get(table)) is not None:
             try:
                 latest.update_incremental()
-                return latest
             except (DeltaError, OSError):
                 self.forget(table)  # gone or replaced under us: open it anew
+            else:
+                if latest.version() - self._opened_at[table] < _REOPEN_AFTER:
+                    return latest
+                self.forget(table)
         try:
             delta = DeltaTable(table, version=version, storage_options=self._storage_options)
         except TableNotFoundError as e:
@@ -165,10 +177,14 @@ class DeltaRsEngine(port.DeltaEngine):
             raise
         if version is None:
             self._latest[table] = delta
+            self._opened_at[table] = delta.version()
         return delta
 
     def exists(self, table: str) -> bool:
-        return DeltaTable.is_deltatable(table, storage_options=self._storage_options)
+        # A table this engine holds a snapshot of exists (unless deleted by hand, above).
+        return table in self._latest or DeltaTable.is_deltatable(
+            table, storage_options=self._storage_options
+        )
 
     def version(self, table: str) -> int | None:
         return self._table(table).version() if self.exists(table) else None
