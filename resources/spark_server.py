@@ -33,6 +33,9 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 HOST = "127.0.0.1"
+CLIENT_ONLY = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE")
+"""Variables that make pyspark and spark-submit act as a Spark Connect client: never
+handed to a server being started."""
 DEFAULT_PORT = 15002
 """Spark Connect's own default port: taken when free, else any free one."""
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -104,11 +107,14 @@ def start_daemon(log: Path, args: list[str], env: Mapping[str, str]) -> int:
     from resources.spark import ensure_java
 
     log.parent.mkdir(parents=True, exist_ok=True)
+    # A run that revives the server has SPARK_REMOTE set (that is how it attaches), and
+    # spark-submit refuses to start a server given both a remote and a master.
+    inherited = {name: value for name, value in os.environ.items() if name not in CLIENT_ONLY}
     with log.open("ab") as output:
         process = subprocess.Popen(
             [str(spark_home() / "bin" / "spark-class"), *args],
             env={
-                **os.environ,
+                **inherited,
                 **env,
                 "SPARK_HOME": str(spark_home()),
                 "JAVA_HOME": ensure_java(),

@@ -35,10 +35,12 @@ print("rows", spark.session().range(7).count())
 
 
 def attach(remote: str, state: str) -> subprocess.CompletedProcess:
-    """A run's Spark resource attaching to `remote` and counting rows there."""
+    """A run's Spark resource attaching to `remote` and counting rows there, with the
+    environment a run under `make dev` has."""
     return subprocess.run(
         [sys.executable, "-c", ATTACH, remote, state],
         cwd=PROJECT_ROOT,
+        env={**os.environ, "SPARK_REMOTE": remote, "SPARK_SERVER_STATE": state},
         capture_output=True,
         text=True,
         timeout=300,
