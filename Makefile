@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
 
-.PHONY: setup demo test test-slow dev bench bench-cluster lint clean cluster spark-connect cluster-down
+.PHONY: setup demo test test-connect test-slow dev bench bench-cluster lint clean cluster spark-connect cluster-down
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -40,6 +40,11 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest
+
+# The same suite attached to a long-lived Spark (a Spark Connect server the session starts
+# and stops), the way every run under `make dev` and `make demo` reaches Spark.
+test-connect: setup
+	$(PY) -m pytest --through-connect
 
 test-slow: setup
 	@# The UI test drives Debian's Chromium (Playwright never downloads a browser here).

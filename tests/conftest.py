@@ -52,8 +52,34 @@ def spark_resource(s3_storage: S3Storage) -> SparkResource:
     )
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--through-connect",
+        action="store_true",
+        help="run the suite attached to a long-lived Spark (Spark Connect) that the session "
+        "starts, the way runs under `make dev` reach Spark (`make test-connect`)",
+    )
+
+
 @pytest.fixture(scope="session")
-def spark_remote(tmp_path_factory) -> Iterator[dict[str, str]]:
+def connect_server(request, tmp_path_factory, s3_endpoint: str) -> Iterator[dict[str, str]]:
+    """With `--through-connect`: a Spark Connect server for the whole session, started with
+    the object store's AWS_* settings (as `make spark-connect` would be) and stopped by
+    its pid at the end; its SPARK_REMOTE and SPARK_SERVER_STATE are the session's, so
+    every Spark resource and every run process attaches to it. Else nothing."""
+    if not request.config.getoption("--through-connect"):
+        yield {}
+        return
+    state = tmp_path_factory.mktemp("connect")
+    with servers.spark_processes("connect", state, servers.s3_environment(s3_endpoint)) as exports:
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in exports.items():
+                patch.setenv(name, value)
+            yield exports
+
+
+@pytest.fixture(scope="session")
+def spark_remote(tmp_path_factory, connect_server) -> Iterator[dict[str, str]]:
     """The long-lived Spark `make dev` starts (a Spark Connect server, started once for the
     session when a test asks for it, stopped by its pid at the end): tests that launch
     run processes give them these variables, and the runs attach to it as they do under
@@ -72,7 +98,7 @@ def spark_remote(tmp_path_factory) -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="session")
-def spark_session(s3_storage: S3Storage):
+def spark_session(s3_storage: S3Storage, connect_server):
     session = spark_resource(s3_storage).session()
     yield session
     session.stop()

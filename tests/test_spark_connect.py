@@ -36,19 +36,26 @@ def spark_remote(tmp_path_factory, s3_endpoint):
         yield exports["SPARK_REMOTE"]
 
 
-def test_the_port_contract_holds_through_spark_connect(spark_remote):
-    assert spark_remote.startswith("sc://127.0.0.1:")
+def pytest_attached(remote: str, *args: str) -> str:
+    """Tests run by pytest in a process of its own attached to `remote`; they must pass.
+    Returns pytest's summary line."""
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/resources/test_lakehouse_contract.py"]
-        + ["-k", "delta-spark", "-p", "no:randomly", "-q"],
+        [sys.executable, "-m", "pytest", *args, "-p", "no:randomly", "-q"],
         cwd=PROJECT_ROOT,
-        env={**os.environ, "SPARK_REMOTE": spark_remote},
+        env={**os.environ, "SPARK_REMOTE": remote},
         capture_output=True,
         text=True,
         timeout=1800,
     )
-    summary = done.stdout.strip().splitlines()[-1]
     assert done.returncode == 0, done.stdout[-5000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_the_port_contract_holds_through_spark_connect(spark_remote):
+    assert spark_remote.startswith("sc://127.0.0.1:")
+    summary = pytest_attached(
+        spark_remote, "tests/resources/test_lakehouse_contract.py", "-k", "delta-spark"
+    )
     # Every delta-spark half passes (the delta-rs halves are deselected), none skipped.
     assert re.fullmatch(r"(\d+) passed, \1 deselected in .*", summary), summary
 
@@ -72,25 +79,13 @@ def test_runs_side_by_side_in_one_process_each_keep_their_own_session(spark_remo
     stays in the session that made it. Before, the runs shared the process's default
     session: concurrent days of payments failed with NO_ACTIVE_SESSION, and a vanished
     file surfaced as a gRPC error instead of naming the file."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "tests/assets/database/test_payments.py::test_concurrent_days_carrying_one_key_never_both_commit_it",
-            "tests/assets/immutable/test_device_snapshot.py",
-            "tests/assets/overwriting/test_data_overwrite.py::test_a_backfilled_range_is_one_run_with_a_commit_and_a_materialization_per_day",
-            "tests/bad_input/test_visits.py",
-            "-p",
-            "no:randomly",
-            "-q",
-        ],
-        cwd=PROJECT_ROOT,
-        env={**os.environ, "SPARK_REMOTE": spark_remote},
-        capture_output=True,
-        text=True,
-        timeout=1800,
+    summary = pytest_attached(
+        spark_remote,
+        "tests/assets/database/test_payments.py::"
+        "test_concurrent_days_carrying_one_key_never_both_commit_it",
+        "tests/assets/immutable/test_device_snapshot.py",
+        "tests/assets/overwriting/test_data_overwrite.py::"
+        "test_a_backfilled_range_is_one_run_with_a_commit_and_a_materialization_per_day",
+        "tests/bad_input/test_visits.py",
     )
-    summary = done.stdout.strip().splitlines()[-1]
-    assert done.returncode == 0, done.stdout[-5000:]
     assert re.fullmatch(r"\d+ passed in .*", summary), summary

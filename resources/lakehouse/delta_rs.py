@@ -145,7 +145,9 @@ class DeltaRsEngine(port.DeltaEngine):
         # commits since the last use costs a listing of the log, where opening the table
         # anew reads its checkpoint and every commit after it, for each of the dozen
         # operations a partition's write makes. A table dropped through the lakehouse is
-        # forgotten; one deleted by hand and created again while a run is going is not.
+        # forgotten; one deleted by hand and created again while a run is going is not
+        # (delta-rs brings a snapshot of a deleted table "up to date" without a word, so
+        # writes still ask the store whether the table exists first).
         self._latest: dict[str, DeltaTable] = {}
         self._opened_at: dict[str, int] = {}
         """The version each kept snapshot was opened at (see _REOPEN_AFTER)."""
@@ -181,10 +183,7 @@ class DeltaRsEngine(port.DeltaEngine):
         return delta
 
     def exists(self, table: str) -> bool:
-        # A table this engine holds a snapshot of exists (unless deleted by hand, above).
-        return table in self._latest or DeltaTable.is_deltatable(
-            table, storage_options=self._storage_options
-        )
+        return DeltaTable.is_deltatable(table, storage_options=self._storage_options)
 
     def version(self, table: str) -> int | None:
         return self._table(table).version() if self.exists(table) else None

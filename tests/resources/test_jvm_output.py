@@ -5,9 +5,12 @@ process, so a fresh process runs the asset."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+from resources.spark_server import CLIENT_ONLY
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,6 +43,9 @@ def test_the_jvm_output_goes_to_the_runs_log_not_the_terminal():
     done = subprocess.run(
         [sys.executable, "-c", RUN],
         cwd=PROJECT_ROOT,
+        # A process with SPARK_REMOTE set gets a Connect session from pyspark whatever
+        # the master: this run boots its own JVM even in a suite run attached to one.
+        env={name: value for name, value in os.environ.items() if name not in CLIENT_ONLY},
         capture_output=True,
         text=True,
         timeout=300,
