@@ -52,6 +52,12 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "shredded_events",
         "warehouse_events",
     }
+    # A backfill of days (or weeks) is one run: one Spark session, one pass where the
+    # asset's semantics allow it.
+    for timed in graph.materializable_asset_keys:
+        node = graph.get(timed)
+        if isinstance(node.partitions_def, dg.TimeWindowPartitionsDefinition):
+            assert node.backfill_policy == dg.BackfillPolicy.single_run(), timed
     for stage in ("shredded_events", "warehouse_events"):
         node = graph.get(dg.AssetKey(stage))
         assert node.partitions_def.name == "enriched_runs"

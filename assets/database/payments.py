@@ -15,8 +15,9 @@ run between the check and the commit can never slip in unchecked.
 """
 
 import datetime as dt
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 import pyarrow as pa
@@ -34,9 +35,12 @@ from assets.database.payments_source import (
 )
 from assets.materialization import commit_metadata, materialization_metadata, skipped_metadata
 from assets.overwriting.calendar import parse_day
+from assets.partition_range import SINGLE_RUN, materialize_partitions, run_span
+from assets.source_files import SourceDataError
 from resources import Lakehouse, LandingZone, SparkResource
-from resources.lakehouse import AppTransaction, StaleWriteError
-from resources.lakehouse.predicates import eq
+from resources.lakehouse import AppTransaction, CommitResult, StaleWriteError
+from resources.lakehouse.predicates import between
+from resources.landing import FileStat, Fingerprint
 
 PAYMENTS = "payments"
 PAYMENT_CONFLICTS = "payments_conflicts"
@@ -119,13 +123,16 @@ class IdempotencyConflictError(Exception):
 
 @dataclass(frozen=True)
 class CheckedBatch:
-    """A batch judged against the table: its new payments, its replays, its conflicts."""
+    """A batch judged against the table: its new payments, its replays, its conflicts
+    (new and replayed payments also counted per day)."""
 
     new: DataFrame
     new_rows: int
     replayed: int
     conflicts: DataFrame
     conflict_keys: int
+    new_by_day: dict[dt.date, int]
+    replayed_by_day: dict[dt.date, int]
 
 
 def _where(alias: str) -> Column:
@@ -196,7 +203,13 @@ def check_batch(
         .drop("stored", "first")
         .localCheckpoint()
     )
-    states = dict(judged.groupBy("state").count().collect())
+    states: dict[str, int] = {}
+    new_by_day: dict[dt.date, int] = {}
+    replayed_by_day: dict[dt.date, int] = {}
+    for day, state, count in judged.groupBy("payment_date", "state").count().collect():
+        states[state] = states.get(state, 0) + count
+        by_day = new_by_day if state == "new" else replayed_by_day
+        by_day[day] = by_day.get(day, 0) + count
     conflicts = _no_conflicts(batch)
     if states.get("differing copy"):
         conflicts = _differences(
@@ -216,7 +229,9 @@ def check_batch(
     new_rows = states.get("new", 0)
     # Without conflicts, a suspect or differing copy differs in mutable columns only.
     replayed = sum(states.values()) - new_rows
-    return CheckedBatch(new, new_rows, replayed, conflicts, conflict_keys)
+    return CheckedBatch(
+        new, new_rows, replayed, conflicts, conflict_keys, new_by_day, replayed_by_day
+    )
 
 
 def _no_conflicts(batch: DataFrame) -> DataFrame:
@@ -228,25 +243,33 @@ def _no_conflicts(batch: DataFrame) -> DataFrame:
 
 
 def _record_conflicts(
-    context: dg.AssetExecutionContext, lakehouse: Lakehouse, day: dt.date, checked: CheckedBatch
+    context: dg.AssetExecutionContext,
+    lakehouse: Lakehouse,
+    days: tuple[dt.date, dt.date],
+    checked: CheckedBatch,
 ) -> None:
-    """Keep the day's current conflicts in `payments_conflicts` (none once it ingests)."""
+    """Keep the current conflicts of the days `first..last` in `payments_conflicts`
+    (none once they ingest). A batch with conflicts is one day's."""
+    first, last = days
     rows = checked.conflicts.select(
-        F.lit(day).alias("payment_date"),
+        F.lit(first).alias("payment_date"),
         "*",
         F.lit(context.run_id).alias("dagster_run_id"),
         F.lit(dt.datetime.now(dt.UTC)).alias("detected_at"),
     )
+    where = between("payment_date", first, last)
     if (
         checked.conflict_keys
         or not lakehouse.exists(PAYMENT_CONFLICTS)
-        or lakehouse.count(PAYMENT_CONFLICTS, where=eq("payment_date", day))
+        or lakehouse.count(PAYMENT_CONFLICTS, where=where)
     ):
         lakehouse.overwrite(
             PAYMENT_CONFLICTS,
             rows,
-            where=eq("payment_date", day),
-            metadata=commit_metadata(context, partition_key=context.partition_key),
+            where=where,
+            metadata=commit_metadata(
+                context, partition_key=str(first) if first == last else f"{first}..{last}"
+            ),
         )
 
 
@@ -259,13 +282,13 @@ def _first_conflicts(checked: CheckedBatch) -> list[Conflict]:
     ]
 
 
-def _stored_rows(new: DataFrame, day: dt.date, run_id: str) -> DataFrame:
+def _stored_rows(new: DataFrame, run_id: str) -> DataFrame:
     """New payments as the table keeps them, with where and when they were ingested."""
     return new.select(
         KEY,
         *PAYLOAD_COLUMNS,
         DIGEST,
-        F.lit(day).alias("payment_date"),
+        "payment_date",
         "source_file",
         "source_line",
         F.lit(run_id).alias("dagster_run_id"),
@@ -273,31 +296,215 @@ def _stored_rows(new: DataFrame, day: dt.date, run_id: str) -> DataFrame:
     )
 
 
-def _conflict_check(day: str, conflicts: Sequence[Conflict], keys: int) -> dg.AssetCheckResult:
+def _conflict_check(
+    span: str, conflicts: Sequence[Conflict], keys: int, *, days: Sequence[str] = ()
+) -> dg.AssetCheckResult:
+    """The check's evaluation for the run's partitions `span`: its conflicting keys (and,
+    for a range, the days that hold them)."""
+    metadata = {
+        "partition": span,
+        "conflicting_keys": dg.MetadataValue.int(keys),
+        "conflicts": dg.MetadataValue.md(
+            "\n".join(f"- `{c.key}` {c}" for c in conflicts) or "none"
+        ),
+        "control_table": PAYMENT_CONFLICTS,
+    }
+    if days:
+        metadata["conflicting_days"] = dg.MetadataValue.json(list(days))
     return dg.AssetCheckResult(
         check_name=NO_CONFLICTS,
         passed=keys == 0,
         severity=dg.AssetCheckSeverity.ERROR,
-        metadata={
-            "partition": day,
-            "conflicting_keys": dg.MetadataValue.int(keys),
-            "conflicts": dg.MetadataValue.md(
-                "\n".join(f"- `{c.key}` {c}" for c in conflicts) or "none"
-            ),
-            "control_table": PAYMENT_CONFLICTS,
-        },
+        metadata=metadata,
     )
+
+
+@dataclass(frozen=True)
+class _Ingest:
+    """What every day of a run needs."""
+
+    context: dg.AssetExecutionContext
+    spark: SparkResource
+    lakehouse: Lakehouse
+    landing: LandingZone
+    compared: list[str]
+
+    def files(self, day: dt.date) -> list[FileStat]:
+        # The layout is payments/date=YYYY-MM-DD/<file>: a file in a deeper folder is no
+        # input.
+        return self.landing.list(day_folder(day), suffix=".jsonl", recursive=False)
+
+    def create_table(self, metadata: dict[str, Any]) -> None:
+        # Created empty first, so that every insert is a commit on an existing table that
+        # Delta checks against the writer's app transaction (two runs creating the table
+        # at once would both pass: a create has no snapshot to conflict with).
+        self.lakehouse.create(
+            PAYMENTS, PAYMENTS_SCHEMA, metadata=metadata, partition_by=["payment_date"]
+        )
+
+    def day_metadata(
+        self,
+        day: dt.date,
+        result: CommitResult | None,
+        sources: Sequence[Fingerprint],
+        facts: dict[str, int],
+    ) -> dict[str, Any]:
+        if result is None:
+            return skipped_metadata(
+                self.lakehouse,
+                PAYMENTS,
+                reason="nothing new: every payment was already stored",
+                partition_key=day.isoformat(),
+                sources=sources,
+                extra=facts,
+            )
+        return materialization_metadata(
+            self.lakehouse, result, partition_key=day.isoformat(), sources=sources, extra=facts
+        )
+
+    def day(self, day: dt.date) -> dict[str, Any]:
+        """Ingest one day on its own, as a run of that day alone: the day's metadata, or
+        IdempotencyConflictError (its conflicts recorded, nothing of the day committed)."""
+        context, lakehouse = self.context, self.lakehouse
+        parsed = parse_payments(self.spark.session(), self.landing, self.files(day))
+        metadata = commit_metadata(context, partition_key=day.isoformat(), sources=parsed.sources)
+        self.create_table(metadata)
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            writer = lakehouse.app_transaction_version(PAYMENTS, WRITER_APP_ID)
+            version = lakehouse.version(PAYMENTS)
+            checked = check_batch(lakehouse, parsed.frame, self.compared, version)
+            if checked.conflict_keys:
+                _record_conflicts(context, lakehouse, (day, day), checked)
+                raise IdempotencyConflictError(
+                    day.isoformat(), _first_conflicts(checked), checked.conflict_keys
+                )
+            if checked.new_rows == 0:
+                result = None
+                break
+            try:
+                result = lakehouse.append(
+                    PAYMENTS,
+                    _stored_rows(checked.new, context.run_id),
+                    metadata=metadata,
+                    app_transaction=AppTransaction(WRITER_APP_ID, (writer or 0) + 1),
+                )
+                break
+            except StaleWriteError:
+                if attempt == WRITE_ATTEMPTS:
+                    raise
+                context.log.info("another payments run committed meanwhile: checking again")
+        _record_conflicts(context, lakehouse, (day, day), checked)
+        facts = {"lines_read": parsed.lines_read, "replayed": checked.replayed}
+        return self.day_metadata(day, result, parsed.sources, facts)
+
+
+class _OnePass:
+    """A range's days read and judged in one Spark pass, then committed one by one, each
+    as its own append (app transaction, Delta version, metadata): a day costs a commit,
+    not a Spark job. Only a clean range is judged this way: its payments judged together
+    are judged as the days one after the other would judge them (a key's first copy,
+    oldest day first, against the table; later copies against it)."""
+
+    def __init__(self, ingest: _Ingest, days: Sequence[dt.date]) -> None:
+        self.ingest = ingest
+        self.stale = False
+        context, lakehouse = ingest.context, ingest.lakehouse
+        self.files = {day: ingest.files(day) for day in days}
+        parsed = parse_payments(
+            ingest.spark.session(),
+            ingest.landing,
+            [stat for files in self.files.values() for stat in files],
+        )
+        self.parsed = parsed
+        ingest.create_table(
+            commit_metadata(context, partition_key=run_span([day.isoformat() for day in days]))
+        )
+        self.writer = lakehouse.app_transaction_version(PAYMENTS, WRITER_APP_ID) or 0
+        version = lakehouse.version(PAYMENTS)
+        self.checked = check_batch(lakehouse, parsed.frame, ingest.compared, version)
+        if not self.checked.conflict_keys:
+            _record_conflicts(context, lakehouse, (days[0], days[-1]), self.checked)
+            self.parts = lakehouse.staged_parts(
+                _stored_rows(self.checked.new, context.run_id), "payment_date"
+            )
+
+    @property
+    def clean(self) -> bool:
+        return not self.checked.conflict_keys
+
+    def day(self, day: dt.date) -> dict[str, Any]:
+        """Commit the day's new payments (raises StaleWriteError when another payments
+        run committed since the range was judged)."""
+        paths = {stat.path for stat in self.files[day]}
+        sources = [f for f in self.parsed.sources if f.path in paths]
+        facts = {
+            "lines_read": sum(self.parsed.lines_by_file.get(path, 0) for path in paths),
+            "replayed": self.checked.replayed_by_day.get(day, 0),
+        }
+        rows, count = self.parts.part(day)
+        result = None
+        if count:
+            result = self.ingest.lakehouse.append(
+                PAYMENTS,
+                rows,
+                metadata=commit_metadata(
+                    self.ingest.context, partition_key=day.isoformat(), sources=sources
+                ),
+                app_transaction=AppTransaction(WRITER_APP_ID, self.writer + 1),
+            )
+            self.writer += 1
+        return self.ingest.day_metadata(day, result, sources, facts)
+
+
+def _ingest_range(
+    ingest: _Ingest, keys: Sequence[str], refused: dict[str, IdempotencyConflictError]
+) -> None:
+    """Materialize the range `keys`, in one pass when it is clean; else (or once another
+    payments run commits in between) each remaining day on its own, as a run of it alone
+    would. The days refused for conflicts go into `refused`; dg.Failure names every day
+    that failed."""
+    context = ingest.context
+    days = [parse_day(key) for key in keys]
+    one_pass: _OnePass | None = None
+    try:
+        one_pass = _OnePass(ingest, days)
+    except SourceDataError as error:
+        context.log.info(f"bad input in the range, so each day is read on its own: {error}")
+    if one_pass is not None and not one_pass.clean:
+        context.log.info("conflicts in the range, so each day is judged on its own")
+        one_pass = None
+
+    def materialize(key: str) -> Mapping[str, Any]:
+        nonlocal one_pass
+        if one_pass is not None:
+            try:
+                return one_pass.day(parse_day(key))
+            except StaleWriteError:
+                context.log.info(
+                    f"another payments run committed during the range: {key} and the days "
+                    "after it are checked again, one by one"
+                )
+                one_pass = None
+        try:
+            return ingest.day(parse_day(key))
+        except IdempotencyConflictError as error:
+            refused[key] = error
+            raise
+
+    materialize_partitions(context, materialize, on_failure="continue")
 
 
 @dg.asset(
     partitions_def=daily_payments,
+    backfill_policy=SINGLE_RUN,
     group_name="database",
     kinds={"spark", "delta"},
     check_specs=[
         dg.AssetCheckSpec(
             NO_CONFLICTS,
             asset=PAYMENTS,
-            description="No idempotency key of the day was replayed with a different payment.",
+            description="No idempotency key of the run's days was replayed with a different "
+            "payment.",
         )
     ],
 )
@@ -310,61 +517,30 @@ def payments(
 ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
     """Payments inserted once per `idempotency_key` from
     `payments/date=YYYY-MM-DD/*.jsonl`. A replayed key must repeat its payment (typed:
-    "12.5" equals "12.50"); a different one fails the run, names every conflict and
-    commits nothing of the day."""
-    day = parse_day(context.partition_key)
-    compared = payments_settings.compared_columns()
-    # The layout is payments/date=YYYY-MM-DD/<file>: a file in a deeper folder is no input.
-    files = landing.list(day_folder(day), suffix=".jsonl", recursive=False)
-    parsed = parse_payments(spark.session(), landing, files)
-    metadata = commit_metadata(context, partition_key=context.partition_key, sources=parsed.sources)
-    # Created empty first, so that every insert is a commit on an existing table that
-    # Delta checks against the writer's app transaction (two runs creating the table at
-    # once would both pass: a create has no snapshot to conflict with).
-    lakehouse.create(PAYMENTS, PAYMENTS_SCHEMA, metadata=metadata, partition_by=["payment_date"])
-    for attempt in range(1, WRITE_ATTEMPTS + 1):
-        writer = lakehouse.app_transaction_version(PAYMENTS, WRITER_APP_ID)
-        version = lakehouse.version(PAYMENTS)
-        checked = check_batch(lakehouse, parsed.frame, compared, version)
-        if checked.conflict_keys:
-            _record_conflicts(context, lakehouse, day, checked)
-            named = _first_conflicts(checked)
-            yield _conflict_check(context.partition_key, named, checked.conflict_keys)
-            raise IdempotencyConflictError(context.partition_key, named, checked.conflict_keys)
-        if checked.new_rows == 0:
-            result = None
-            break
+    "12.5" equals "12.50"); a different one fails the day, names every conflict and
+    commits nothing of the day. A backfilled range is one run: one Spark pass over its
+    files, then one commit per day."""
+    ingest = _Ingest(context, spark, lakehouse, landing, payments_settings.compared_columns())
+    keys = context.partition_keys
+    if len(keys) == 1:
         try:
-            result = lakehouse.append(
-                PAYMENTS,
-                _stored_rows(checked.new, day, context.run_id),
-                metadata=metadata,
-                app_transaction=AppTransaction(WRITER_APP_ID, (writer or 0) + 1),
-            )
-            break
-        except StaleWriteError:
-            if attempt == WRITE_ATTEMPTS:
-                raise
-            context.log.info("another payments run committed meanwhile: checking again")
-    _record_conflicts(context, lakehouse, day, checked)
-    facts = {"lines_read": parsed.lines_read, "replayed": checked.replayed}
-    if result is None:
-        metadata = skipped_metadata(
-            lakehouse,
-            PAYMENTS,
-            reason="nothing new: every payment was already stored",
-            partition_key=context.partition_key,
-            sources=parsed.sources,
-            extra=facts,
+            metadata = ingest.day(parse_day(keys[0]))
+        except IdempotencyConflictError as error:
+            yield _conflict_check(keys[0], error.conflicts, error.keys)
+            raise
+        yield dg.MaterializeResult(
+            metadata=metadata, check_results=[_conflict_check(keys[0], [], 0)]
         )
-    else:
-        metadata = materialization_metadata(
-            lakehouse,
-            result,
-            partition_key=context.partition_key,
-            sources=parsed.sources,
-            extra=facts,
+        return
+    refused: dict[str, IdempotencyConflictError] = {}
+    try:
+        _ingest_range(ingest, keys, refused)
+    except dg.Failure:
+        yield _conflict_check(
+            run_span(keys),
+            [c for found in refused.values() for c in found.conflicts][:MAX_NAMED_CONFLICTS],
+            sum(found.keys for found in refused.values()),
+            days=list(refused),
         )
-    yield dg.MaterializeResult(
-        metadata=metadata, check_results=[_conflict_check(context.partition_key, [], 0)]
-    )
+        raise
+    yield dg.MaterializeResult(check_results=[_conflict_check(run_span(keys), [], 0)])

@@ -48,14 +48,21 @@ def day_folder(day: dt.date) -> str:
     return f"payments/date={day.isoformat()}"
 
 
+def folder_day(source_file: Column) -> Column:
+    """The day a payment belongs to: its file's `date=YYYY-MM-DD` folder."""
+    return F.to_date(F.regexp_extract(source_file, r"date=(\d{4}-\d{2}-\d{2})/[^/]*$", 1))
+
+
 @dataclass(frozen=True)
 class ParsedPayments:
-    """Every valid line of a day's files as a typed payment (copies included), with
-    `source_file` and `source_line`, plus the files' fingerprints."""
+    """Every valid line of the files as a typed payment (copies included), with
+    `source_file`, `source_line` and `payment_date` (its file's day), plus the files'
+    fingerprints and non-blank lines."""
 
     frame: DataFrame
     sources: list[Fingerprint]
     lines_read: int
+    lines_by_file: dict[str, int]
 
 
 def shown(column: str, alias: str) -> Column:
@@ -163,10 +170,11 @@ def parse_payments(
                 "created_at",
                 "source_file",
                 "source_line",
+                folder_day(F.col("source_file")).alias("payment_date"),
             )
             .withColumn(DIGEST, payload_digest())
             .localCheckpoint()
         )
     finally:
         parsed.unpersist()
-    return ParsedPayments(payments, facts.fingerprints, facts.lines)
+    return ParsedPayments(payments, facts.fingerprints, facts.lines, facts.lines_by_file)

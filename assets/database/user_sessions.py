@@ -24,6 +24,7 @@ nothing.
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 import pyarrow as pa
@@ -35,6 +36,7 @@ from assets.materialization import commit_metadata, materialization_metadata, sk
 from assets.overwriting.calendar import parse_day
 from assets.overwriting.data_overwrite import VISITS_DAILY, daily_partitions, visits_daily
 from assets.overwriting.visit_first_seen import FIRST_SEEN
+from assets.partition_range import SINGLE_RUN, materialize_partitions
 from resources import Lakehouse
 from resources.lakehouse import (
     CommitResult,
@@ -477,9 +479,49 @@ def publish(
     return result, retired_count
 
 
+def build_day(
+    context: dg.AssetExecutionContext, lakehouse: Lakehouse, gap: dt.timedelta, partition_key: str
+) -> dict[str, Any]:
+    """Rebuild what changed of one day's sessions and publish it: the day's metadata."""
+    day = parse_day(partition_key)
+    rebuild = rebuild_day(lakehouse, day, gap)
+    if isinstance(rebuild.users, list) and not rebuild.users:
+        return skipped_metadata(
+            lakehouse,
+            USER_SESSIONS,
+            reason=f"no visit of {day} changed since its sessions were built",
+            partition_key=partition_key,
+        )
+    result, retired = publish(
+        lakehouse,
+        rebuild,
+        run_id=context.run_id,
+        partition_key=partition_key,
+        metadata=commit_metadata(context, partition_key=partition_key),
+    )
+    return materialization_metadata(
+        lakehouse,
+        result,
+        partition_key=partition_key,
+        extra={
+            "sessions_rebuilt": dg.MetadataValue.int(rebuild.sessions.count()),
+            "sessions_retired": dg.MetadataValue.int(retired),
+            "window": f"{rebuild.window.start:%Y-%m-%d %H:%M} .. "
+            f"{rebuild.window.end:%Y-%m-%d %H:%M} UTC",
+            "widenings": dg.MetadataValue.int(rebuild.widenings),
+            "users_rebuilt": (
+                ", ".join(rebuild.users[:20]) + (" ..." if len(rebuild.users) > 20 else "")
+                if isinstance(rebuild.users, list)
+                else "every user of the day"
+            ),
+        },
+    )
+
+
 @dg.asset(
     partitions_def=daily_partitions,
     deps=[visits_daily],
+    backfill_policy=SINGLE_RUN,
     group_name="database",
     kinds={"spark", "delta"},
 )
@@ -489,41 +531,11 @@ def user_sessions(
     """Sessions per user (a new one after `gap_minutes` of inactivity) with ids that
     never change across reruns, backfills and late visits: SHA-256 of the user and the
     session's first-ingested visit. Sessions merged by a late visit keep the
-    earliest-ingested id; the others are listed in `user_sessions_retired`."""
-    day = parse_day(context.partition_key)
-    rebuild = rebuild_day(lakehouse, day, dt.timedelta(minutes=session_settings.gap_minutes))
-    if isinstance(rebuild.users, list) and not rebuild.users:
-        return dg.MaterializeResult(
-            metadata=skipped_metadata(
-                lakehouse,
-                USER_SESSIONS,
-                reason=f"no visit of {day} changed since its sessions were built",
-                partition_key=context.partition_key,
-            )
-        )
-    result, retired = publish(
-        lakehouse,
-        rebuild,
-        run_id=context.run_id,
-        partition_key=context.partition_key,
-        metadata=commit_metadata(context, partition_key=context.partition_key),
+    earliest-ingested id; the others are listed in `user_sessions_retired`. A backfilled
+    range is one run: its days are rebuilt oldest first, each as a run of it alone would
+    (sessions cross midnight, so a day's rebuild reads what the day before published)."""
+    gap = dt.timedelta(minutes=session_settings.gap_minutes)
+    materialize_partitions(
+        context, lambda key: build_day(context, lakehouse, gap, key), on_failure="continue"
     )
-    return dg.MaterializeResult(
-        metadata=materialization_metadata(
-            lakehouse,
-            result,
-            partition_key=context.partition_key,
-            extra={
-                "sessions_rebuilt": dg.MetadataValue.int(rebuild.sessions.count()),
-                "sessions_retired": dg.MetadataValue.int(retired),
-                "window": f"{rebuild.window.start:%Y-%m-%d %H:%M} .. "
-                f"{rebuild.window.end:%Y-%m-%d %H:%M} UTC",
-                "widenings": dg.MetadataValue.int(rebuild.widenings),
-                "users_rebuilt": (
-                    ", ".join(rebuild.users[:20]) + (" ..." if len(rebuild.users) > 20 else "")
-                    if isinstance(rebuild.users, list)
-                    else "every user of the day"
-                ),
-            },
-        )
-    )
+    return dg.MaterializeResult()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from support import partition_range, table_contents
 
 from assets.database import PaymentsSettings, payments
 from assets.database.payments import (
@@ -20,8 +21,9 @@ from assets.database.payments import (
     IdempotencyConflictError,
 )
 from assets.source_files import SourceDataError
+from resources import Lakehouse
 
-DAY1, DAY2 = dt.date(2024, 3, 1), dt.date(2024, 3, 2)
+DAY1, DAY2, DAY3 = dt.date(2024, 3, 1), dt.date(2024, 3, 2), dt.date(2024, 3, 3)
 
 
 def payment(key: str, account: str = "acc-1", amount: str = "12.50", **fields) -> dict:
@@ -56,6 +58,17 @@ def run(resources, settings, day: dt.date, **kwargs) -> dg.ExecuteInProcessResul
         [payments],
         partition_key=day.isoformat(),
         resources={**resources, "payments_settings": settings},
+        **kwargs,
+    )
+
+
+def run_range(resources, settings, instance, **kwargs) -> dg.ExecuteInProcessResult:
+    """DAY1..DAY3 as one run, as a backfill of them launches it."""
+    return dg.materialize(
+        [payments],
+        resources={**resources, "payments_settings": settings},
+        instance=instance,
+        tags=partition_range(DAY1, DAY3),
         **kwargs,
     )
 
@@ -268,3 +281,81 @@ def test_the_conflict_error_names_every_key_up_to_a_limit():
     message = str(IdempotencyConflictError("2024-03-01", conflicts, keys=30))
     assert all(f"'k{i}'" in message for i in range(3))
     assert "and 27 more keys (all in payments_conflicts)" in message
+
+
+RUN_COLUMNS = {"dagster_run_id", "ingested_at", "detected_at"}
+"""What differs between two runs of the same input."""
+
+
+def three_days_of_payments(write_payments) -> None:
+    write_payments(DAY1, "a.jsonl", [payment("p1"), payment("p2"), payment("p1", amount="12.5")])
+    write_payments(DAY2, "a.jsonl", [payment("p3", account="acc-3")])
+    write_payments(DAY2, "b.jsonl", [payment("p1", amount="12.500"), payment("p4")])
+    write_payments(DAY3, "a.jsonl", [payment("p2")])  # a replay only: nothing new
+
+
+def day_facts(result: dg.ExecuteInProcessResult) -> dict[str | None, tuple]:
+    return {
+        event.partition: tuple(
+            event.metadata[name].value if name in event.metadata else None
+            for name in ("rows_inserted", "replayed", "lines_read", "delta_version", "skipped")
+        )
+        for event in result.asset_materializations_for_node("payments")
+    }
+
+
+def test_a_backfilled_range_is_one_pass_then_a_commit_per_day_as_days_run_alone_make(
+    resources, settings, lakehouse, write_payments, instance, tmp_path, engine
+):
+    three_days_of_payments(write_payments)
+    ranged = run_range(resources, settings, instance)
+    assert check(ranged).passed
+    facts = day_facts(ranged)
+    assert {day: fact[:3] for day, fact in facts.items()} == {
+        "2024-03-01": (2, 1, 3),
+        "2024-03-02": (2, 1, 3),
+        "2024-03-03": (0, 1, 1),
+    }
+    assert facts["2024-03-03"][3] is None  # nothing new: no commit
+    assert "already stored" in facts["2024-03-03"][4]
+    # A commit per day with new payments, each reported on its own partition and
+    # tagged with it in the Delta history (what a partition's restore goes back from).
+    history = {e.version: e.metadata.get("partition_key") for e in lakehouse.history(PAYMENTS)}
+    assert {facts[day][3]: day for day in ("2024-03-01", "2024-03-02")}.items() <= history.items()
+    ranged_tables = table_contents(lakehouse, without_columns=RUN_COLUMNS)
+    version = lakehouse.version(PAYMENTS)
+    again = run_range(resources, settings, instance)
+    assert lakehouse.version(PAYMENTS) == version
+    assert all(fact[4] for fact in day_facts(again).values())
+
+    # The same files, one run per day, into another lakehouse: the same tables.
+    apart = Lakehouse(root=str(tmp_path / "apart"), engine=engine, spark=resources["spark"])
+    for day in (DAY1, DAY2, DAY3):
+        run({**resources, "lakehouse": apart}, settings, day)
+    assert table_contents(apart, without_columns=RUN_COLUMNS) == ranged_tables
+
+
+def test_a_conflicting_day_fails_its_range_by_name_and_the_other_days_land(
+    resources, settings, lakehouse, write_payments, instance
+):
+    three_days_of_payments(write_payments)
+    conflicting = write_payments(DAY2, "c.jsonl", [payment("p2", account="other")])
+    failed = run_range(resources, settings, instance, raise_on_error=False)
+    assert not failed.success
+    assert "1 of 3 partitions failed (2024-03-02); 2 committed" in failure(failed)
+    assert "account_id: stored 'acc-1'" in failure(failed)
+    evaluation = check(failed)
+    assert not evaluation.passed
+    assert evaluation.metadata["conflicting_days"].value == ["2024-03-02"]
+    assert evaluation.metadata["conflicting_keys"].value == 1
+    assert sorted(stored(lakehouse)) == ["p1", "p2"]
+    assert instance.get_materialized_partitions(dg.AssetKey(PAYMENTS)) == {
+        "2024-03-01",
+        "2024-03-03",
+    }
+    # The day corrected, the range again: the conflict is gone and every payment in.
+    conflicting.unlink()
+    fixed = run_range(resources, settings, instance)
+    assert check(fixed).passed
+    assert sorted(stored(lakehouse)) == ["p1", "p2", "p3", "p4"]
+    assert lakehouse.read_arrow(PAYMENT_CONFLICTS).num_rows == 0

@@ -4,7 +4,7 @@ import datetime as dt
 
 import dagster as dg
 import pytest
-from support import visit
+from support import partition_range, visit
 
 from assets.database.user_sessions import (
     RETIRED,
@@ -134,5 +134,29 @@ def test_sessions_across_midnight_are_whole_whatever_the_order_of_days(
     ]
     once = tables(lakehouse)
     for day in order:
+        run(resources, day)
+    assert tables(lakehouse) == once
+
+
+def test_a_backfilled_range_builds_its_days_in_one_run_as_runs_of_each_day_do(
+    resources, lakehouse, write_visits, instance
+):
+    evening = [(f"e{h}{m}", "u1", f"{h}:{m}") for h in (22, 23) for m in ("00", "20", "40")]
+    deliver(write_visits, DAY, "a.jsonl", [*evening, ("late", "u2", "23:50")])
+    deliver(write_visits, NEXT, "a.jsonl", [("n1", "u1", "00:05"), ("n2", "u2", "00:10")])
+    result = dg.materialize(
+        [visits_daily, user_sessions],
+        resources={**resources, "session_settings": SessionSettings()},
+        instance=instance,
+        tags=partition_range(DAY, NEXT),
+    )
+    events = result.asset_materializations_for_node("user_sessions")
+    assert [event.partition for event in events] == [DAY.isoformat(), NEXT.isoformat()]
+    assert sorted(sessions(lakehouse).values()) == [
+        ("u1", "03 22:00", "04 00:05", 7),
+        ("u2", "03 23:50", "04 00:10", 2),
+    ]
+    once = tables(lakehouse)
+    for day in (NEXT, DAY):  # the days alone, in the other order: nothing changes
         run(resources, day)
     assert tables(lakehouse) == once
