@@ -80,8 +80,8 @@ def run_payments(defs, resources, instance, payment_days: list[dt.date]) -> dict
         f"({days[0]} .. {days[-1]}), day two delivered twice."
     )
     tags = {"demo/stage": "payments"}
-    for day in days:
-        run_job(defs, "payments_job", [day], resources=resources, instance=instance, tags=tags)
+    # The days as one backfill: one run, one pass over their files, a commit per day.
+    run_job(defs, "payments_job", days, resources=resources, instance=instance, tags=tags)
     # A replay that changes a payment: refused, naming the key; nothing of the day lands.
     changed = {**delivered[payment_days[2]][0], "amount": "1.00"}
     _write(landing_root, payment_days[2], "batch-2.jsonl", [changed])
@@ -143,15 +143,15 @@ def run_sessions(defs, resources, instance, visit_days: list[dt.date]) -> dict[s
     lakehouse = resources["lakehouse"]
     window = visit_days[-SESSION_DAYS:]
     days = [d.isoformat() for d in window]
-    for day in days:
-        run_job(
-            defs,
-            "user_sessions_job",
-            [day],
-            resources=resources,
-            instance=instance,
-            tags={"demo/stage": "sessions"},
-        )
+    # The days as one backfill: one run that builds them oldest first.
+    run_job(
+        defs,
+        "user_sessions_job",
+        days,
+        resources=resources,
+        instance=instance,
+        tags={"demo/stage": "sessions"},
+    )
     gap = dt.timedelta(minutes=resources["session_settings"].gap_minutes)
     visits = lakehouse.read_arrow("visits_daily", columns=["user_id", "event_time"]).to_pylist()
 
@@ -168,7 +168,7 @@ def run_sessions(defs, resources, instance, visit_days: list[dt.date]) -> dict[s
     content = {_session_row(s) for s in stored}
     same = got == want
     print(
-        f"7. Sessions: user_sessions for {days[0]} .. {days[-1]}, one run a day: "
+        f"7. Sessions: user_sessions for {days[0]} .. {days[-1]}, one backfill run: "
         f"{len(stored)} sessions; equal to sessions cut from visits_daily here "
         f"({gap.seconds // 60}-minute gap): {'yes' if same else 'NO'}; content checksum "
         f"{checksum(content)}\n"

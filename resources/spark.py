@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -67,6 +68,19 @@ class JavaNotFoundError(RuntimeError):
 
 
 def java_major_version(java: str) -> int | None:
+    """The major version `java -version` reports (None: it does not run). Asked once per
+    executable and modification time: every run's Spark resource checks Java, and
+    starting a JVM to ask costs tens of milliseconds each time."""
+    try:
+        executable = os.path.realpath(java)
+        modified = os.stat(executable).st_mtime_ns
+    except OSError:
+        return None
+    return _reported_version(executable, modified)
+
+
+@functools.cache
+def _reported_version(java: str, modified_ns: int) -> int | None:
     try:
         out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
