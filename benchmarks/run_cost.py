@@ -6,7 +6,8 @@
    against one attached to the long-lived Spark (Spark Connect) `make dev` starts, once
    that one is warm (after one run): the median of `--repeats` of each.
 2. `--days` small days (3 visits each) of visits_daily in one range run, against a
-   one-day run of the same kind (both attached).
+   one-day run of the same kind (both attached); the same for payments (3 payments a
+   day).
 3. The latency from a visits file landing to its day committed, under the daemon of
    `make dev` (platform/dev.py) with the file sensors ticking every `--interval` seconds.
 4. `make demo`'s total wall time on a fresh instance (`python -m demo`), which starts its
@@ -63,6 +64,24 @@ def write_day(landing: Path, day: dt.date, visits: int, *, tag: str = "part") ->
     (folder / f"{tag}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def write_payments(landing: Path, day: dt.date, payments: int) -> None:
+    folder = landing / "payments" / f"date={day.isoformat()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [
+        json.dumps(
+            {
+                "idempotency_key": f"pay-{day:%Y%m%d}-{i}",
+                "account_id": f"acc-{i % 7}",
+                "amount": f"{10 + i}.50",
+                "currency": "EUR",
+                "created_at": f"{day.isoformat()}T{10 + i:02d}:00:00+00:00",
+            }
+        )
+        for i in range(payments)
+    ]
+    (folder / "batch.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def deployment(work: Path, landing: Path, spark: dict[str, str]) -> dict[str, str]:
     """The environment of a fresh lakehouse and Dagster home in `work` reading `landing`,
     with the Spark variables `spark` (none: a local Spark in each run)."""
@@ -81,12 +100,12 @@ def deployment(work: Path, landing: Path, spark: dict[str, str]) -> dict[str, st
     }
 
 
-def materialize(env: dict[str, str], *partition: str) -> float:
-    """Wall time of `dagster asset materialize` of visits_daily for `partition`."""
+def materialize(env: dict[str, str], *partition: str, asset: str = "visits_daily") -> float:
+    """Wall time of `dagster asset materialize` of `asset` for `partition`."""
     command = [sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(DEFINITIONS)]
     started = time.monotonic()
     done = subprocess.run(
-        [*command, "--select", "visits_daily", *partition],
+        [*command, "--select", asset, *partition],
         env=env,
         cwd=PROJECT_ROOT,
         capture_output=True,
@@ -228,6 +247,7 @@ def main() -> None:
     days = [FIRST_DAY + dt.timedelta(days=i) for i in range(args.days)]
     for day in days:
         write_day(landing, day, 3)
+        write_payments(landing, day, 3)
     first, last = days[0].isoformat(), days[-1].isoformat()
     # Each figure is printed as soon as it is measured.
     seconds, heavy = definitions_load()
@@ -272,6 +292,25 @@ def main() -> None:
         print(
             f"  range run:                        {ranged_run:7.1f} s   range / one day = "
             f"{ranged_run / attach:.2f}",
+            flush=True,
+        )
+        one_day = materialize(
+            deployment(scratch / "payments-day", landing, spark),
+            "--partition",
+            first,
+            asset="payments",
+        )
+        payments_range = materialize(
+            deployment(scratch / "payments-range", landing, spark),
+            "--partition-range",
+            f"{first}...{last}",
+            asset="payments",
+        )
+        print(f"payments, {args.days} days (3 payments each), attached:")
+        print(f"  one day:                          {one_day:7.1f} s")
+        print(
+            f"  range run:                        {payments_range:7.1f} s   range / one day = "
+            f"{payments_range / one_day:.2f}",
             flush=True,
         )
         latency = landing_latency(
