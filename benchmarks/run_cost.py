@@ -47,39 +47,39 @@ FIRST_DAY = dt.date(2025, 1, 6)
 SPARK_VARIABLES = ("SPARK_REMOTE", "SPARK_SERVER_STATE", "SPARK_MASTER")
 
 
-def write_day(landing: Path, day: dt.date, visits: int, *, tag: str = "part") -> None:
-    folder = landing / "visits" / f"date={day.isoformat()}"
+def write_jsonl(landing: Path, source: str, day: dt.date, name: str, rows: list[dict]) -> None:
+    """`rows` as the file `<source>/date=<day>/<name>` of the landing zone."""
+    folder = landing / source / f"date={day.isoformat()}"
     folder.mkdir(parents=True, exist_ok=True)
-    lines = [
-        json.dumps(
-            {
-                "visit_id": f"{tag}-{day:%Y%m%d}-{i}",
-                "user_id": f"user-{i % 7}",
-                "event_time": f"{day.isoformat()}T{10 + i:02d}:00:00Z",
-                "page": "/home",
-            }
-        )
+    lines = "".join(json.dumps(row) + "\n" for row in rows)
+    (folder / name).write_text(lines, encoding="utf-8")
+
+
+def write_day(landing: Path, day: dt.date, visits: int, *, tag: str = "part") -> None:
+    rows = [
+        {
+            "visit_id": f"{tag}-{day:%Y%m%d}-{i}",
+            "user_id": f"user-{i % 7}",
+            "event_time": f"{day.isoformat()}T{10 + i:02d}:00:00Z",
+            "page": "/home",
+        }
         for i in range(visits)
     ]
-    (folder / f"{tag}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_jsonl(landing, "visits", day, f"{tag}.jsonl", rows)
 
 
 def write_payments(landing: Path, day: dt.date, payments: int) -> None:
-    folder = landing / "payments" / f"date={day.isoformat()}"
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = [
-        json.dumps(
-            {
-                "idempotency_key": f"pay-{day:%Y%m%d}-{i}",
-                "account_id": f"acc-{i % 7}",
-                "amount": f"{10 + i}.50",
-                "currency": "EUR",
-                "created_at": f"{day.isoformat()}T{10 + i:02d}:00:00+00:00",
-            }
-        )
+    rows = [
+        {
+            "idempotency_key": f"pay-{day:%Y%m%d}-{i}",
+            "account_id": f"acc-{i % 7}",
+            "amount": f"{10 + i}.50",
+            "currency": "EUR",
+            "created_at": f"{day.isoformat()}T{10 + i:02d}:00:00+00:00",
+        }
         for i in range(payments)
     ]
-    (folder / "batch.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_jsonl(landing, "payments", day, "batch.jsonl", rows)
 
 
 def deployment(work: Path, landing: Path, spark: dict[str, str]) -> dict[str, str]:
