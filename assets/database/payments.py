@@ -123,15 +123,14 @@ class IdempotencyConflictError(Exception):
 
 @dataclass(frozen=True)
 class CheckedBatch:
-    """A batch judged against the table: its new payments, its replays, its conflicts
-    (new and replayed payments also counted per day)."""
+    """A batch judged against the table: its new payments, its replays (also per day),
+    its conflicts."""
 
     new: DataFrame
     new_rows: int
     replayed: int
     conflicts: DataFrame
     conflict_keys: int
-    new_by_day: dict[dt.date, int]
     replayed_by_day: dict[dt.date, int]
 
 
@@ -204,12 +203,11 @@ def check_batch(
         .localCheckpoint()
     )
     states: dict[str, int] = {}
-    new_by_day: dict[dt.date, int] = {}
     replayed_by_day: dict[dt.date, int] = {}
     for day, state, count in judged.groupBy("payment_date", "state").count().collect():
         states[state] = states.get(state, 0) + count
-        by_day = new_by_day if state == "new" else replayed_by_day
-        by_day[day] = by_day.get(day, 0) + count
+        if state != "new":
+            replayed_by_day[day] = replayed_by_day.get(day, 0) + count
     conflicts = _no_conflicts(batch)
     if states.get("differing copy"):
         conflicts = _differences(
@@ -229,9 +227,7 @@ def check_batch(
     new_rows = states.get("new", 0)
     # Without conflicts, a suspect or differing copy differs in mutable columns only.
     replayed = sum(states.values()) - new_rows
-    return CheckedBatch(
-        new, new_rows, replayed, conflicts, conflict_keys, new_by_day, replayed_by_day
-    )
+    return CheckedBatch(new, new_rows, replayed, conflicts, conflict_keys, replayed_by_day)
 
 
 def _no_conflicts(batch: DataFrame) -> DataFrame:
@@ -407,7 +403,6 @@ class _OnePass:
 
     def __init__(self, ingest: _Ingest, days: Sequence[dt.date]) -> None:
         self.ingest = ingest
-        self.stale = False
         context, lakehouse = ingest.context, ingest.lakehouse
         self.files = {day: ingest.files(day) for day in days}
         parsed = parse_payments(
