@@ -28,7 +28,7 @@ Executors need a few times the largest file in memory: split bigger inputs into 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _GLOB_CHARACTERS = re.compile(r"([\\\[\]{}*?])")
 LINE_FACTS = ("source_file", "source_line", "source_size", "source_mtime", "source_sha256")
-"""Where a line comes from: what `file_facts` needs of the rows it is given."""
+"""Where a line comes from: what `checked_facts` needs of the rows it is given."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
     - `read_problem`: "not valid UTF-8" on the lines of an invalid file that hold
       undecodable bytes (shown as U+FFFD once decoded), else null;
     - `source_size`, `source_mtime` and `source_sha256` of the line's file, so per-file
-      facts come from the rows themselves (`file_facts`).
+      facts come from the rows themselves (`checked_facts`).
 
     A file without any non-blank line keeps one row, with a null `text` and `source_line`,
     so its facts are never lost; empty (0-byte) files have no row at all (Spark skips
@@ -172,10 +172,15 @@ class FileFacts:
     """Non-blank lines read, per file (landing path)."""
 
 
-def file_facts(rows: DataFrame, files: Sequence[FileStat]) -> FileFacts:
+def checked_facts(
+    source: str, rows: DataFrame, problem: Column, files: Sequence[FileStat]
+) -> FileFacts:
     """Fingerprints and line count of `files` from rows of `read_lines` (cache them first:
-    this is one more job over them). A listed file Spark did not see was emptied or removed
-    while the run read it."""
+    this is one more job over them), once no line has a `problem`: SourceDataError names
+    the first rejected lines otherwise (`first_problems`). The lines' problems are counted
+    in the job that takes the facts, so valid files cost one job, not two.
+
+    A listed file Spark did not see was emptied or removed while the run read it."""
     seen = {
         row.source_file: row
         for row in rows.groupBy("source_file")
@@ -184,9 +189,12 @@ def file_facts(rows: DataFrame, files: Sequence[FileStat]) -> FileFacts:
             F.first("source_mtime").alias("mtime"),
             F.first("source_sha256").alias("sha256"),
             F.count("source_line").alias("lines"),
+            F.count(problem).alias("problems"),
         )
         .collect()
     }
+    if any(row.problems for row in seen.values()):
+        first_problems(source, rows, problem)
     counted = dict(seen)
     lines = sum(row.lines for row in seen.values())
     fingerprints, problems = [], []

@@ -21,9 +21,8 @@ from pyspark.sql import types as T
 
 from assets.source_files import (
     SourceDataError,
+    checked_facts,
     empty_files,
-    file_facts,
-    first_problems,
     instant,
     json_problem,
     read_lines,
@@ -158,8 +157,7 @@ def parse_payments(
         .cache()
     )
     try:
-        first_problems("payments", parsed, F.col("problem"))
-        facts = file_facts(parsed, files)
+        facts = checked_facts("payments", parsed, F.col("problem"), files)
         payments = (
             parsed.where(F.col("source_line").isNotNull())
             .select(

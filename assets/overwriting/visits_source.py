@@ -20,9 +20,8 @@ from assets.overwriting.calendar import DAY_FOLDER_PATTERN, day_folder, day_of_f
 from assets.source_files import (
     Problem,
     SourceDataError,
+    checked_facts,
     empty_files,
-    file_facts,
-    first_problems,
     instant,
     json_problem,
     read_lines,
@@ -162,8 +161,7 @@ def parse_visits(
         .cache()
     )
     try:
-        first_problems("visits", parsed, F.col("problem"))
-        facts = file_facts(parsed, files)
+        facts = checked_facts("visits", parsed, F.col("problem"), files)
         key = ["event_date", "visit_id"] if unique_per == "day" else ["visit_id"]
         first_copy = Window.partitionBy(*key).orderBy("source_file", "source_line")
         visits = (

@@ -23,8 +23,7 @@ from assets.source_files import (
     LINE_FACTS,
     Problem,
     SourceDataError,
-    file_facts,
-    first_problems,
+    checked_facts,
     json_problem,
     read_lines,
     wrong_kind,
@@ -106,8 +105,7 @@ def _finish(
     """Refuse the file if any line has a `problem`, else fold it to one row per key."""
     rows = rows.cache()
     try:
-        first_problems(source, rows, F.col("problem"))
-        facts = file_facts(rows, [stat])
+        facts = checked_facts(source, rows, F.col("problem"), [stat])
         changes = rows.where(F.col("source_line").isNotNull()).select("source_line", *columns)
         frame = (
             _last_line_per_key(changes, keys).drop("source_line").orderBy(*keys).localCheckpoint()

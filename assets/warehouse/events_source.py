@@ -38,9 +38,8 @@ from pyspark.sql import functions as F
 
 from assets.source_files import (
     SourceDataError,
+    checked_facts,
     empty_files,
-    file_facts,
-    first_problems,
     instant,
     json_kind,
     json_problem,
@@ -163,8 +162,7 @@ def parse_batch(
         .cache()
     )
     try:
-        first_problems("events", parsed, F.col("problem"))
-        facts = file_facts(parsed, files)
+        facts = checked_facts("events", parsed, F.col("problem"), files)
         rec = F.col("record")
         events = (
             parsed.where(F.col("source_line").isNotNull())

@@ -7,8 +7,9 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 
-from assets.source_files import EMPTY_SHA256, SourceDataError, file_facts, read_lines
+from assets.source_files import EMPTY_SHA256, SourceDataError, checked_facts, read_lines
 from resources.landing import LandingZone
 
 AWKWARD_NAME = "visits/date=2024-01-01/we[i]rd {a,b} it's 100%25 ü*?.jsonl"
@@ -24,7 +25,12 @@ def land(landing: LandingZone, path: str, content: bytes) -> Path:
 def lines_of(spark, landing, paths):
     stats = [landing.stat(path) for path in paths]
     rows = read_lines(spark.session(), landing, stats).cache()
-    return rows, file_facts(rows, stats)
+    return rows, checked_facts("x", rows, no_problem(), stats)
+
+
+def no_problem():
+    """A `problem` column that finds none."""
+    return F.lit(None).cast("string")
 
 
 def test_lines_are_numbered_per_file_and_hashed_like_the_sensors_hash(spark, landing):
@@ -53,6 +59,9 @@ def test_invalid_utf8_is_named_on_its_line(spark, landing):
     rows, _ = lines_of(spark, landing, ["x/bad.jsonl"])
     problems = [(r.source_line, r.read_problem) for r in rows.collect() if r.read_problem]
     assert problems == [(3, "not valid UTF-8")]
+    # The facts are taken only of files whose every line is valid.
+    with pytest.raises(SourceDataError, match=r"x/bad.jsonl:3: not valid UTF-8"):
+        checked_facts("x", rows, F.col("read_problem"), [landing.stat("x/bad.jsonl")])
 
 
 def test_blank_and_empty_files_keep_their_facts(spark, landing):
@@ -81,4 +90,4 @@ def test_a_file_emptied_while_read_is_named(spark, landing):
     full.write_bytes(b"")
     rows = read_lines(spark.session(), landing, [stat])
     with pytest.raises(SourceDataError, match=r"x/going.jsonl: emptied or removed while"):
-        file_facts(rows, [stat])
+        checked_facts("x", rows, no_problem(), [stat])

@@ -28,9 +28,8 @@ from pyspark.sql import functions as F
 from assets.source_files import (
     Problem,
     SourceDataError,
+    checked_facts,
     empty_files,
-    file_facts,
-    first_problems,
     json_kind,
     json_problem,
     json_text,
@@ -129,8 +128,7 @@ def parse_runs(
         .cache()
     )
     try:
-        first_problems("enriched", lines, F.col("problem"))
-        facts = file_facts(lines, files)
+        facts = checked_facts("enriched", lines, F.col("problem"), files)
         # `enriched/run=<id>/<file>`: the run id is the folder's.
         folder = F.element_at(F.split("source_file", "/"), 2)
         events = lines.select(
