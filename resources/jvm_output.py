@@ -13,6 +13,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -43,6 +44,9 @@ class JvmOutput:
         os.close(handle)
         self.path = Path(name)
         self._read = 0
+        # Removed by `close`, or else when this object goes or the process exits: a Spark
+        # used outside a run (a script, a test session) has no teardown to close it.
+        self._remove = weakref.finalize(self, self.path.unlink, missing_ok=True)
 
     def captured(self) -> contextlib.AbstractContextManager[None]:
         """Standard error (descriptor 2) goes to the file inside the block."""
@@ -67,4 +71,4 @@ class JvmOutput:
 
     def close(self) -> None:
         """Remove the file (a JVM still running writes on into the unlinked file)."""
-        self.path.unlink(missing_ok=True)
+        self._remove()

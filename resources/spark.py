@@ -233,12 +233,15 @@ class SparkResource(dg.ConfigurableResource):
             _activate(self._remote_session)
             return self._remote_session
         if self._lazy is None:
-            ensure_java()
-            self._jvm_output = JvmOutput()
+            from pyspark import SparkContext
+
             self._lazy = LazyPySparkResource(spark_config=self.spark_config())
-            with self._jvm_output.captured():
-                self._lazy.spark_session  # noqa: B018 - starts the JVM, its output captured
-            self.forward_jvm_output()
+            if SparkContext._active_spark_context is None:  # this call starts the JVM
+                ensure_java()
+                self._jvm_output = JvmOutput()
+                with self._jvm_output.captured():
+                    self._lazy.spark_session  # noqa: B018 - its output captured
+                self.forward_jvm_output()
         return self._lazy.spark_session
 
     def _run_session(self) -> SparkSession:

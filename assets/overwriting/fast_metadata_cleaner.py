@@ -7,12 +7,11 @@ the week's size alone, never on how much history exists.
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+import pyarrow as pa
 from pydantic import Field
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from assets.materialization import commit_metadata, materialization_metadata
 from assets.overwriting.calendar import days_of_week, parse_day
@@ -29,7 +28,11 @@ from assets.partition_range import SINGLE_RUN, materialize_partitions
 from assets.progress import Progress
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import CommitResult
+from resources.lakehouse.frames import with_constants
 from resources.lakehouse.predicates import eq
+
+if TYPE_CHECKING:
+    from resources.lakehouse.port import Data
 
 weekly_partitions = dg.WeeklyPartitionsDefinition(start_date="2024-01-01", day_offset=1)
 TABLE_COUNT_CHECK = "table_count_below_limit"
@@ -47,7 +50,7 @@ class VisitsWeeklyConfig(dg.Config):
 
 
 def replace_week(
-    lakehouse: Lakehouse, monday: dt.date, visits: DataFrame, *, metadata: Mapping[str, Any]
+    lakehouse: Lakehouse, monday: dt.date, visits: "Data", *, metadata: Mapping[str, Any]
 ) -> CommitResult:
     """Make `visits` the whole content of week `monday`, wherever the week lives."""
     own_table = weekly_table(monday)
@@ -111,13 +114,13 @@ def visits_weekly(
         monday = parse_day(partition_key)
         progress = Progress(context.log, f"visits_weekly {partition_key}")
         with progress.phase("read") as read:
-            parsed = parse_landed_visits(spark.session(), landing, days_of_week(monday))
+            parsed = parse_landed_visits(spark.session(), landing, lakehouse, days_of_week(monday))
             read.update(files=len(parsed.sources), **parsed.facts())
         with progress.phase("write") as written:
             result = replace_week(
                 lakehouse,
                 monday,
-                parsed.frame.withColumn("week_start", F.lit(monday)),
+                with_constants(parsed.parts.data, {"week_start": (monday, pa.date32())}),
                 metadata=commit_metadata(
                     context, partition_key=partition_key, sources=parsed.sources
                 ),

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from resources.lakehouse import Lakehouse, WhenNotMatchedInsert
-from resources.lakehouse.frames import is_arrow
+from resources.lakehouse.frames import with_constants
 from resources.lakehouse.predicates import is_in
 
 if TYPE_CHECKING:
@@ -56,16 +56,11 @@ def record_first_seen(
 
 
 def _first_seen_rows(visits: Data, *, seen_at: dt.datetime, run_id: str) -> Data:
-    keys = ["visit_id", "user_id", "event_date"]
-    if is_arrow(visits):
-        rows = visits.select(keys)
-        return rows.append_column(
-            "first_seen_at", pa.array([seen_at] * rows.num_rows, pa.timestamp("us", tz="UTC"))
-        ).append_column("dagster_run_id", pa.array([run_id] * rows.num_rows, pa.string()))
-    from pyspark.sql import functions as F
-
-    return visits.select(
-        *keys,
-        F.lit(seen_at).cast("timestamp").alias("first_seen_at"),
-        F.lit(run_id).alias("dagster_run_id"),
+    rows = visits.select(["visit_id", "user_id", "event_date"])
+    return with_constants(
+        rows,
+        {
+            "first_seen_at": (seen_at, FIRST_SEEN_SCHEMA.field("first_seen_at").type),
+            "dagster_run_id": (run_id, pa.string()),
+        },
     )

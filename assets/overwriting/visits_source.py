@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -28,6 +28,7 @@ from assets.source_files import (
     wrong_kind,
 )
 from resources.lakehouse import Lakehouse
+from resources.lakehouse.frames import StagedParts
 from resources.landing import FileStat, Fingerprint, LandingZone
 
 if TYPE_CHECKING:
@@ -61,11 +62,15 @@ VISIT_COLUMNS = (
 class ParsedVisits:
     """Valid visits, one row per visit_id, plus what parsing saw."""
 
-    frame: DataFrame
+    parts: StagedParts
+    """By `event_date`, in the form the lakehouse writes from (`Lakehouse.staged_parts`)."""
     sources: list[Fingerprint]
     lines_read: int
-    duplicates_dropped: int
     lines_by_file: dict[str, int]
+
+    @property
+    def duplicates_dropped(self) -> int:
+        return self.lines_read - self.parts.total
 
     def facts(self) -> dict[str, int]:
         """What a materialization reports about its input."""
@@ -73,7 +78,7 @@ class ParsedVisits:
 
 
 def parse_landed_visits(
-    spark: SparkSession, landing: LandingZone, days: Sequence[dt.date]
+    spark: SparkSession, landing: LandingZone, lakehouse: Lakehouse, days: Sequence[dt.date]
 ) -> ParsedVisits:
     """Parse every visits file of `days` (see `parse_visits`)."""
     files = [
@@ -81,7 +86,7 @@ def parse_landed_visits(
         for day in days
         for stat in landing.list(day_folder(day), suffix=".jsonl", recursive=False)
     ]
-    return parse_visits(spark, landing, files)
+    return parse_visits(spark, landing, lakehouse, files)
 
 
 def _misplaced(files: Sequence[FileStat]) -> list[Problem]:
@@ -129,12 +134,14 @@ def _problem(record: Column, variant: Column, event_time: Column) -> Column:
 def parse_visits(
     spark: SparkSession,
     landing: LandingZone,
+    lakehouse: Lakehouse,
     files: Sequence[FileStat],
     *,
     unique_per: Literal["files", "day"] = "files",
 ) -> ParsedVisits:
     """Parse and validate landed visit files; raises SourceDataError naming every bad
-    file and line it found (up to a limit) before anything can be written.
+    file and line it found (up to a limit) before anything can be written. Two Spark
+    jobs whatever the files (three on delta-spark): the files' facts, then the visits.
 
     A visit delivered twice (a duplicated file, a re-sent line) is kept once: the copy
     from the first file and line in path order, so the choice never depends on timing.
@@ -179,14 +186,11 @@ def parse_visits(
             .where(F.col("copy") == 1)
             .drop("copy")
             .orderBy("event_time", "visit_id")
-            .localCheckpoint()
         )
-        kept = visits.count()
+        parts = lakehouse.staged_parts(visits, "event_date")
     finally:
         parsed.unpersist()
-    return ParsedVisits(
-        visits, facts.fingerprints, facts.lines, facts.lines - kept, facts.lines_by_file
-    )
+    return ParsedVisits(parts, facts.fingerprints, facts.lines, facts.lines_by_file)
 
 
 @dataclass(frozen=True)
@@ -231,7 +235,7 @@ def parse_visit_days(
         remaining = [day for day in days if day not in refused]
         listed = [stat for day in remaining for stat in files[day]]
         try:
-            parsed = parse_visits(spark, landing, listed, unique_per="day")
+            parsed = parse_visits(spark, landing, lakehouse, listed, unique_per="day")
             break
         except SourceDataError as error:
             by_day: dict[dt.date | None, list[Problem]] = {}
@@ -247,7 +251,7 @@ def parse_visit_days(
                 refused[day] = SourceDataError(error.source, problems, more=cut_short)
         if len(refused) == len(days):
             return VisitDays(dict(refused), None)
-    parts = lakehouse.staged_parts(parsed.frame, "event_date")
+    parts = parsed.parts
     outcome: dict[dt.date, VisitDay | SourceDataError] = dict(refused)
     for day in remaining:
         sources = [f for f in parsed.sources if day_of_file(f.path) == day]

@@ -3,7 +3,7 @@ once, in the engine's form), and Arrow rows made a Spark DataFrame."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,12 +27,17 @@ class StagedParts:
     - Arrow (delta-rs, which collects whatever it writes into this process): the range
       was collected once; a part is a slice of it.
     - A DataFrame (delta-spark, whose writes run on the cluster): a part is a filter of
-      the (checkpointed) frame; the counts came from one aggregate.
+      the checkpointed frame; the counts came from one aggregate.
     """
 
     data: pa.Table | DataFrame
     column: str
     counts: dict[Hashable, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        """How many rows all the parts hold."""
+        return self.data.num_rows if is_arrow(self.data) else sum(self.counts.values())
 
     def part(self, value: Any) -> tuple[Data, int]:
         """The rows whose `column` equals `value` (none: an empty part of the same
@@ -50,12 +55,32 @@ class StagedParts:
 
 
 def staged_parts(frame: DataFrame, column: str, *, collect: bool) -> StagedParts:
-    """`frame` ready to be written part by part (`collect`: as Arrow, for an engine that
-    writes from this process)."""
+    """`frame` evaluated once, ready to be written part by part: collected as Arrow for an
+    engine that writes from this process (`collect`; one Spark job), else checkpointed
+    on the cluster and counted by part (two)."""
     if collect:
         return StagedParts(frame.toArrow(), column)
-    counts = {row[0]: row[1] for row in frame.groupBy(column).count().collect()}
-    return StagedParts(frame, column, counts)
+    checkpointed = frame.localCheckpoint()
+    counts = {row[0]: row[1] for row in checkpointed.groupBy(column).count().collect()}
+    return StagedParts(checkpointed, column, counts)
+
+
+def with_constants(data: Data, values: Mapping[str, tuple[Any, pa.DataType]]) -> Data:
+    """`data` (Arrow or a DataFrame) with a column per entry of `values`, `name: (value,
+    type)`, holding `value` on every row."""
+    if is_arrow(data):
+        import pyarrow as pa
+
+        table = data if isinstance(data, pa.Table) else data.read_all()
+        for name, (value, type_) in values.items():
+            table = table.append_column(name, pa.array([value] * table.num_rows, type_))
+        return table
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    return data.withColumns(
+        {name: F.lit(value).cast(from_arrow_type(type_)) for name, (value, type_) in values.items()}
+    )
 
 
 def arrow_schema(data: Data) -> pa.Schema:

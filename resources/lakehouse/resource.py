@@ -234,10 +234,10 @@ class Lakehouse(dg.ConfigurableResource):
         return self._delta().app_transaction_versions(self.uri(table), app_ids)
 
     def staged_parts(self, frame: DataFrame, column: str) -> StagedParts:
-        """`frame`, the rows of several partitions, split by `column` in the form this
-        engine writes from with the least work: delta-rs collects the frame to Arrow once
-        (each write would collect its part anyway, a Spark job each) and slices it;
-        delta-spark keeps each part on the cluster. Checkpoint `frame` first."""
+        """`frame`, the rows of several partitions, evaluated once and split by `column`
+        in the form this engine writes from with the least work: delta-rs collects the
+        frame to Arrow (each write would collect its part anyway, a Spark job each) and
+        slices it; delta-spark checkpoints it and keeps each part on the cluster."""
         return staged_parts(frame, column, collect=self.engine == "delta-rs")
 
     # -- writes -------------------------------------------------------------------------
