@@ -5,6 +5,7 @@ link to its source.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import dagster as dg
@@ -63,4 +64,8 @@ def _with_policy(spec: dg.AssetSpec) -> dg.AssetSpec:
 
 def with_catalog_policy(assets: Sequence[dg.AssetsDefinition]) -> list[dg.AssetsDefinition]:
     """Every asset with its owner, pattern tag, restore note and a link to its source."""
-    return list(dg.with_source_code_references(dg.map_asset_specs(_with_policy, assets)))
+    with warnings.catch_warnings():
+        # Code references are beta in this Dagster: a notice per asset on every load of the
+        # definitions, in the output of every `dagster asset materialize`.
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return list(dg.with_source_code_references(dg.map_asset_specs(_with_policy, assets)))

@@ -11,6 +11,7 @@ dg.EnvVar, so secrets never land in the run's config).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -102,5 +103,8 @@ def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
 
 
 @dg.definitions
+@functools.cache
 def defs() -> dg.Definitions:
+    # Built once per process: Dagster loads the definitions several times in one run
+    # (six in `dagster asset materialize`), and the environment does not change meanwhile.
     return build_definitions(os.environ)
