@@ -133,11 +133,14 @@ def _table_metadata(
     partition_key: str | None,
     sources: Sequence[Fingerprint],
     extra: Mapping[str, Any] | None,
+    fresh_as_of: int | None = None,
 ) -> tuple[dict[str, Any], TableFacts | None]:
     """The metadata both kinds of materialization record, and the log facts it was read
-    from (one read of the log)."""
+    from (one read of the log; `fresh_as_of`: the version written, see `table_facts`)."""
     uri = lakehouse.uri(table)
-    facts = lakehouse.table_facts(table, where=slice_predicate(extra or {}))
+    facts = lakehouse.table_facts(
+        table, where=slice_predicate(extra or {}), fresh_as_of=fresh_as_of
+    )
     metadata: dict[str, Any] = {
         TABLE_NAME: table,
         "table_uri": dg.MetadataValue.path(uri),
@@ -169,6 +172,7 @@ def materialization_metadata(
         partition_key=partition_key,
         sources=sources,
         extra=extra,
+        fresh_as_of=result.version,
     )
     metadata[DELTA_VERSION] = dg.MetadataValue.int(result.version)
     metadata["summary"] = _summary(

@@ -252,9 +252,12 @@ def parse_visit_days(
         if len(refused) == len(days):
             return VisitDays(dict(refused), None)
     parts = parsed.parts
+    sources_by_day: dict[dt.date | None, list[Fingerprint]] = {}
+    for source in parsed.sources:
+        sources_by_day.setdefault(day_of_file(source.path), []).append(source)
     outcome: dict[dt.date, VisitDay | SourceDataError] = dict(refused)
     for day in remaining:
-        sources = [f for f in parsed.sources if day_of_file(f.path) == day]
+        sources = sources_by_day.get(day, [])
         rows, kept = parts.part(day)
         read = sum(parsed.lines_by_file.get(f.path, 0) for f in sources)
         outcome[day] = VisitDay(rows, sources, read, read - kept)

@@ -156,8 +156,15 @@ class DeltaRsEngine(port.DeltaEngine):
         self._latest.pop(table, None)
         self._opened_at.pop(table, None)
 
-    def _table(self, table: str, version: int | None = None) -> DeltaTable:
+    def _table(
+        self, table: str, version: int | None = None, *, fresh_as_of: int | None = None
+    ) -> DeltaTable:
+        """The table at `version`, else its latest snapshot: the one kept from the last
+        call, brought up to date, or as it is when it is already at `fresh_as_of` or
+        later (a write leaves its snapshot at its own commit: nothing to ask the store)."""
         if version is None and (latest := self._latest.get(table)) is not None:
+            if fresh_as_of is not None and latest.version() >= fresh_as_of:
+                return latest
             try:
                 latest.update_incremental()
             except (DeltaError, OSError):
@@ -220,9 +227,11 @@ class DeltaRsEngine(port.DeltaEngine):
     ) -> int | None:
         return _rows_from_log(self._table(table, version), where)
 
-    def table_facts(self, table: str, *, where: Predicate | None = None) -> port.TableFacts | None:
+    def table_facts(
+        self, table: str, *, where: Predicate | None = None, fresh_as_of: int | None = None
+    ) -> port.TableFacts | None:
         try:
-            delta = self._table(table)
+            delta = self._table(table, fresh_as_of=fresh_as_of)
         except port.TableNotFoundError:
             return None
         # One snapshot, one list of files: the table's count and the partition's.
@@ -272,7 +281,10 @@ class DeltaRsEngine(port.DeltaEngine):
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
     ) -> port.HistoryEntry | None:
-        target = self._table(table) if self.exists(table) else None
+        try:
+            target: DeltaTable | None = self._table(table)
+        except port.TableNotFoundError:
+            target = None
         exists = target is not None
         if exists and app_transaction:
             port.require_advance(

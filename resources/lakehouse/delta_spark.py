@@ -147,8 +147,10 @@ class DeltaSparkEngine(port.DeltaEngine):
     ) -> int | None:
         return self._log.count_from_log(table, where=where, version=version)
 
-    def table_facts(self, table: str, *, where: Predicate | None = None) -> port.TableFacts | None:
-        return self._log.table_facts(table, where=where)
+    def table_facts(
+        self, table: str, *, where: Predicate | None = None, fresh_as_of: int | None = None
+    ) -> port.TableFacts | None:
+        return self._log.table_facts(table, where=where, fresh_as_of=fresh_as_of)
 
     def read_arrow(
         self,

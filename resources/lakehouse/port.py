@@ -290,9 +290,13 @@ class DeltaEngine(ABC):
         exact (`where` names a data column, a file has no count, deletion vectors)."""
 
     @abstractmethod
-    def table_facts(self, table: str, *, where: Predicate | None = None) -> TableFacts | None:
+    def table_facts(
+        self, table: str, *, where: Predicate | None = None, fresh_as_of: int | None = None
+    ) -> TableFacts | None:
         """Schema and row counts (of the table, and of the partitions `where` selects) of
-        the latest version, from one read of the log; None when there is no table."""
+        the latest version, from one read of the log; None when there is no table.
+        `fresh_as_of`: a snapshot at this version or later will do (e.g. after a write,
+        its own commit's), without asking the store for newer commits."""
 
     @abstractmethod
     def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int]:

@@ -212,10 +212,14 @@ class Lakehouse(dg.ConfigurableResource):
         per-file counts alone; None when the log cannot tell exactly."""
         return self._delta().count_from_log(self.uri(table), where=where, version=version)
 
-    def table_facts(self, table: str, *, where: Predicate | None = None) -> port.TableFacts | None:
+    def table_facts(
+        self, table: str, *, where: Predicate | None = None, fresh_as_of: int | None = None
+    ) -> port.TableFacts | None:
         """Schema, version and row counts (of the table; of the partitions `where`
-        selects) from one read of the log; None when the table does not exist."""
-        return self._delta().table_facts(self.uri(table), where=where)
+        selects) from one read of the log; None when the table does not exist.
+        `fresh_as_of`: a snapshot at this version or later will do (after a write: its
+        commit's version), which spares asking the store for newer commits."""
+        return self._delta().table_facts(self.uri(table), where=where, fresh_as_of=fresh_as_of)
 
     def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int]:
         """(files in the partitions `where` selects, files in the table): what a write
