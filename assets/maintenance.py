@@ -252,10 +252,10 @@ def restore_table() -> None:
 
 class VacuumConfig(dg.Config):
     table: str = Field(description="The Delta table to vacuum, e.g. `visits_daily`.")
-    retention_hours: float = Field(
-        default=168.0,
-        description="Files replaced longer ago than this are deleted; versions older than "
-        "this can then no longer be restored.",
+    retention_hours: int = Field(
+        default=168,
+        description="Files replaced longer ago than this many whole hours are deleted; "
+        "versions older than this can then no longer be restored.",
     )
     dry_run: bool = Field(
         default=False, description="List the files it would delete, and delete none."

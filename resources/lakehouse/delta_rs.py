@@ -377,9 +377,9 @@ class DeltaRsEngine(port.DeltaEngine):
         versions = {app_id: snapshot.transaction_version(app_id) for app_id in app_ids}
         return {app_id: v for app_id, v in versions.items() if v is not None}
 
-    def vacuum(self, table: str, *, retention_hours: float, dry_run: bool) -> list[str]:
+    def vacuum(self, table: str, *, retention_hours: int, dry_run: bool) -> list[str]:
         return self._table(table).vacuum(
-            retention_hours=int(retention_hours),
+            retention_hours=retention_hours,
             dry_run=dry_run,
             # The table's own minimum retention is a guard for concurrent readers; the
             # operator's explicit setting is the decision here.

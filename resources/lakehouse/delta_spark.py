@@ -285,8 +285,8 @@ class DeltaSparkEngine(port.DeltaEngine):
         with self._session_conf(self._commit_conf(metadata)):
             self._spark().sql(statement).collect()
 
-    def vacuum(self, table: str, *, retention_hours: float, dry_run: bool) -> list[str]:
-        statement = f"VACUUM {_table_ref(table)} RETAIN {float(retention_hours)} HOURS"
+    def vacuum(self, table: str, *, retention_hours: int, dry_run: bool) -> list[str]:
+        statement = f"VACUUM {_table_ref(table)} RETAIN {int(retention_hours)} HOURS"
         # The table's minimum retention guards concurrent readers; the operator's explicit
         # setting is the decision here (as with delta-rs's enforce_retention_duration).
         with self._session_conf({_RETENTION_CHECK: "false"}):

@@ -353,7 +353,7 @@ class DeltaEngine(ABC):
         return {app_id: v for app_id, v in versions.items() if v is not None}
 
     @abstractmethod
-    def vacuum(self, table: str, *, retention_hours: float, dry_run: bool) -> list[str]: ...
+    def vacuum(self, table: str, *, retention_hours: int, dry_run: bool) -> list[str]: ...
 
     @abstractmethod
     def compact(

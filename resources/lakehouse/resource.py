@@ -432,8 +432,17 @@ class Lakehouse(dg.ConfigurableResource):
             lambda uri, meta: self._delta().compact(uri, partition=partition, metadata=meta),
         )
 
-    def vacuum(self, table: str, *, retention_hours: float, dry_run: bool = False) -> list[str]:
-        """Delete files no version younger than `retention_hours` references; returns them."""
+    def vacuum(self, table: str, *, retention_hours: int, dry_run: bool = False) -> list[str]:
+        """Delete files no version younger than `retention_hours` references; returns them.
+
+        Whole hours, on both engines: delta-rs takes no fraction of an hour, and one engine
+        rounding 0.5 h down to 0 would delete what the other keeps."""
+        if isinstance(retention_hours, bool) or not isinstance(retention_hours, int):
+            raise ValueError(
+                f"retention_hours must be a whole number of hours: {retention_hours!r}"
+            )
+        if retention_hours < 0:
+            raise ValueError(f"retention_hours must not be negative: {retention_hours}")
         return self._delta().vacuum(
             self.uri(table), retention_hours=retention_hours, dry_run=dry_run
         )

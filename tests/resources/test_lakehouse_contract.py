@@ -315,6 +315,17 @@ def test_vacuum_removes_replaced_files_and_restore_then_refuses(lake):
     assert lake.version("t") == before
 
 
+def test_vacuum_retention_is_whole_hours_on_both_engines(lake):
+    lake.append("t", devices([("a", 1, "x")]), metadata=META)
+    lake.overwrite("t", devices([("b", 2, "y")]), metadata=META)
+    # The file replaced a moment ago is younger than an hour: kept, on either engine.
+    assert lake.vacuum("t", retention_hours=1, dry_run=True) == []
+    for wrong in (0.5, -1, True):
+        with pytest.raises(ValueError, match="retention_hours"):
+            lake.vacuum("t", retention_hours=wrong)
+    assert len(lake.vacuum("t", retention_hours=0, dry_run=True)) == 1
+
+
 def test_compact_rewrites_small_files_without_changing_content(lake):
     for i in range(4):
         lake.append("t", devices([(f"d{i}", 1, "x")]), metadata=META, partition_by=["day"])
