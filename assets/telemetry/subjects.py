@@ -21,10 +21,6 @@ SUBJECT_TAG = "telemetry/subject"
 MAX_SUBJECT_KEY_LENGTH = 200
 
 
-class SubjectKeyError(ValueError):
-    """A subject key Dagster cannot hold as a partition key."""
-
-
 def partition_key_problem(key: str) -> str | None:
     """Why `key` cannot be a Dagster partition key, or None when it can."""
     if not key.strip():
@@ -36,13 +32,6 @@ def partition_key_problem(key: str) -> str | None:
     if len(key) > MAX_SUBJECT_KEY_LENGTH:
         return f"it is longer than {MAX_SUBJECT_KEY_LENGTH} characters"
     return None
-
-
-def check_subject_key(key: str, *, source: str) -> str:
-    problem = partition_key_problem(key)
-    if problem:
-        raise SubjectKeyError(f"subject key {key!r} of {source!r} cannot be a partition: {problem}")
-    return key
 
 
 def subject_of(path: str, settings: TelemetrySettings, head: Callable[[], bytes]) -> str | None:
