@@ -140,8 +140,9 @@ def parse_visits(
     unique_per: Literal["files", "day"] = "files",
 ) -> ParsedVisits:
     """Parse and validate landed visit files; raises SourceDataError naming every bad
-    file and line it found (up to a limit) before anything can be written. Two Spark
-    jobs whatever the files (three on delta-spark): the files' facts, then the visits.
+    file and line it found (up to a limit) before anything can be written. The lines are
+    read once, for two actions whatever the number of days: the files' facts, then the
+    visits staged in the engine's form.
 
     A visit delivered twice (a duplicated file, a re-sent line) is kept once: the copy
     from the first file and line in path order, so the choice never depends on timing.
