@@ -274,7 +274,7 @@ class DeltaRsEngine(port.DeltaEngine):
         table: str,
         data: port.Data,
         *,
-        mode: str,
+        mode: port.WriteMode,
         where: Predicate | None,
         partition_by: Sequence[str] | None,
         table_properties: Mapping[str, str] | None,
@@ -293,7 +293,7 @@ class DeltaRsEngine(port.DeltaEngine):
         write_deltalake(
             target if exists else table,
             _as_arrow(data),
-            mode=mode,  # type: ignore[arg-type]
+            mode=mode,
             # The predicate and partitioning go with every write, creating ones included:
             # a writer that saw no table may find one created by a concurrent writer by
             # the time it commits, and must then still replace only its own window.

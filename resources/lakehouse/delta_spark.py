@@ -196,7 +196,7 @@ class DeltaSparkEngine(port.DeltaEngine):
         table: str,
         data: port.Data,
         *,
-        mode: str,
+        mode: port.WriteMode,
         where: Predicate | None,
         partition_by: Sequence[str] | None,
         table_properties: Mapping[str, str] | None,

@@ -11,7 +11,7 @@ import datetime as dt
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from resources.lakehouse.predicates import Predicate, Value
 
@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     Data = DataFrame | pa.Table | pa.RecordBatchReader
+
+
+WriteMode = Literal["append", "overwrite"]
+"""How a write treats the rows already there: keeps them, or replaces (those `where` selects)."""
 
 
 # -- errors ---------------------------------------------------------------------------
@@ -310,7 +314,7 @@ class DeltaEngine(ABC):
         table: str,
         data: Data,
         *,
-        mode: str,
+        mode: WriteMode,
         where: Predicate | None,
         partition_by: Sequence[str] | None,
         table_properties: Mapping[str, str] | None,

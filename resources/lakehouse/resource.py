@@ -315,7 +315,7 @@ class Lakehouse(dg.ConfigurableResource):
         self,
         table: str,
         data: port.Data,
-        mode: Literal["append", "overwrite"],
+        mode: port.WriteMode,
         where: Predicate | None,
         partition_by: Sequence[str] | None,
         table_properties: Mapping[str, str] | None,
