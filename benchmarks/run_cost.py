@@ -7,7 +7,8 @@
    that one is warm (after one run): the median of `--repeats` of each.
 2. `--days` small days (3 visits each) of visits_daily in one range run, against a
    one-day run of the same kind (both attached); the same for payments (3 payments a
-   day).
+   day), and for user_sessions over those visits (its last day alone, then the others in
+   one range run).
 3. The latency from a visits file landing to its day committed, under the daemon of
    `make dev` (platform/dev.py) with the file sensors ticking every `--interval` seconds.
 4. `make demo`'s total wall time on a fresh instance (`python -m demo`), which starts its
@@ -311,6 +312,20 @@ def main() -> None:
         print(
             f"  range run:                        {payments_range:7.1f} s   range / one day = "
             f"{payments_range / one_day:.2f}",
+            flush=True,
+        )
+        # user_sessions over the visits the range committed: its last day alone, then
+        # every other day in one range run.
+        one_day = materialize(ranged, "--partition", last, asset="user_sessions")
+        before_last = days[-2].isoformat()
+        sessions_range = materialize(
+            ranged, "--partition-range", f"{first}...{before_last}", asset="user_sessions"
+        )
+        print("user_sessions over those visits, attached:")
+        print(f"  one day:                          {one_day:7.1f} s")
+        print(
+            f"  range run of {args.days - 1} days:            {sessions_range:7.1f} s   "
+            f"range / one day = {sessions_range / one_day:.2f}",
             flush=True,
         )
         latency = landing_latency(

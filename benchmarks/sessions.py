@@ -1,5 +1,5 @@
 """What one late visit costs `user_sessions`: the incremental rebuild the asset runs
-(`rebuild_day` + `publish`: the sessions the day's users can touch, one pinned MERGE)
+(`changed_users` + `rebuild` + `publish`: the sessions the day's users can touch, one pinned MERGE)
 against a full rebuild of the 30-day history (every visit sessionized, the table
 overwritten), side by side in one run.
 
@@ -42,8 +42,9 @@ from assets.database.user_sessions import (  # noqa: E402
     BUILDS,
     SESSION_COLUMNS,
     USER_SESSIONS,
+    changed_users,
     publish,
-    rebuild_day,
+    rebuild,
     sessionize,
 )
 from assets.overwriting.data_overwrite import VISITS_DAILY  # noqa: E402
@@ -135,9 +136,9 @@ def full_rebuild(lake: Lakehouse) -> float:
 
 def incremental(lake: Lakehouse) -> tuple[float, int]:
     started = time.perf_counter()
-    rebuild = rebuild_day(lake, LATE_DAY, GAP)
+    rebuilt = rebuild(lake, changed_users(lake, [LATE_DAY]), GAP)
     _, retired = publish(
-        lake, rebuild, run_id="incremental", partition_key=LATE_DAY.isoformat(), metadata=META
+        lake, rebuilt, run_id="incremental", partition_key=LATE_DAY.isoformat(), metadata=META
     )
     return time.perf_counter() - started, retired
 

@@ -10,19 +10,20 @@ earliest-ingested one by the same rule, and the other id is retired: recorded in
 `user_sessions_retired` (`merged_into`, when, which run) and deleted from
 `user_sessions`, which holds live sessions only.
 
-A day's run rebuilds only what changed: the users with visits of the day first seen
+A run rebuilds only what changed of its days: the users with visits of a day first seen
 since the day was last built (`user_sessions_builds` logs each build of a day with its
 visit count and latest first-seen time; every user of the day when the day is new or
-lost visits), and
-of those only the sessions within the day widened by the gap and by the stored sessions
-it reaches, widened again until no rebuilt session touches the window's edge (so a
-session that runs across days, or days processed out of order, are rebuilt whole). One
-MERGE on `session_id`, pinned to the window's session dates, upserts the changed
-sessions and deletes the retired ones in one commit; a day with no change commits
-nothing.
+lost visits), and of those only the sessions within the run's days widened by the gap
+and by the stored sessions they reach, widened again until no rebuilt session touches
+the window's edge (so a session that runs across days, or days processed out of order,
+are rebuilt whole). One MERGE on `session_id`, pinned to the window's session dates,
+upserts the changed sessions and deletes the retired ones in one commit; a run whose
+days did not change commits nothing. A backfilled range is one such rebuild: one Spark
+pass and one commit for all its days, which each get a materialization pointing at it.
 """
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ from assets.materialization import commit_metadata, materialization_metadata, sk
 from assets.overwriting.calendar import parse_day
 from assets.overwriting.data_overwrite import VISITS_DAILY, daily_partitions, visits_daily
 from assets.overwriting.visit_first_seen import FIRST_SEEN
-from assets.partition_range import SINGLE_RUN, materialize_partitions
+from assets.partition_range import SINGLE_RUN, run_span
 from resources import Lakehouse
 from resources.lakehouse import (
     CommitResult,
@@ -44,7 +45,15 @@ from resources.lakehouse import (
     WhenMatchedUpdate,
     WhenNotMatchedInsert,
 )
-from resources.lakehouse.predicates import And, Compare, Predicate, between, eq, is_in
+from resources.lakehouse.predicates import (
+    And,
+    Compare,
+    Predicate,
+    any_of,
+    between,
+    eq,
+    is_in,
+)
 
 USER_SESSIONS = "user_sessions"
 RETIRED = "user_sessions_retired"
@@ -217,44 +226,112 @@ class DayMark:
     seen_through: int | None
 
 
-def _stored_mark(lakehouse: Lakehouse, day: dt.date) -> DayMark | None:
+def _stored_marks(lakehouse: Lakehouse, days: Sequence[dt.date]) -> dict[dt.date, DayMark]:
+    """The latest build mark of each of `days` that was built."""
     if not lakehouse.exists(BUILDS):
-        return None
-    builds = lakehouse.read_arrow(BUILDS, where=eq("session_day", day)).to_pylist()
-    if not builds:
-        return None
-    latest = max(builds, key=lambda build: build["built_at"])
-    return DayMark(day, latest["day_visits"], latest["seen_through"])
+        return {}
+    builds = lakehouse.read_arrow(BUILDS, where=between("session_day", days[0], days[-1]))
+    marks: dict[dt.date, DayMark] = {}
+    for build in sorted(builds.to_pylist(), key=lambda build: build["built_at"]):
+        day = build["session_day"]
+        marks[day] = DayMark(day, build["day_visits"], build["seen_through"])
+    return marks
 
 
 def _instant(micros: int) -> dt.datetime:
     return EPOCH + dt.timedelta(microseconds=micros)
 
 
-def changed_users(lakehouse: Lakehouse, day: dt.date) -> tuple[Users, DayMark]:
-    """The users whose visits of `day` changed since its sessions were last built: those
-    with visits first seen after the stored mark, when the day only gained visits; every
-    user of the day when it is built for the first time or lost or swapped visits.
+@dataclass(frozen=True)
+class Changes:
+    """Whose sessions a run rebuilds, and the marks of the days that changed (a day
+    without a mark here is as it was when its sessions were last built)."""
 
-    Detecting a change reads the day's visit count and its first-seen records newer
-    than the mark (a handful of rows), never the day's visits themselves."""
-    count = lakehouse.count(VISITS_DAILY, where=eq("event_date", day))
-    stored = _stored_mark(lakehouse, day)
-    if stored is not None and stored.seen_through is not None:
-        newer = And(
-            (eq("event_date", day), Compare("first_seen_at", ">", _instant(stored.seen_through)))
+    users: Users
+    marks: list[DayMark]
+
+
+def changed_users(lakehouse: Lakehouse, days: Sequence[dt.date]) -> Changes:
+    """The users whose visits of `days` changed since the days' sessions were last
+    built: those with visits first seen after a day's stored mark, when the day only
+    gained visits; every user of a day built for the first time or that lost or swapped
+    visits (or gained more than `MAX_NAMED_USERS` users' visits).
+
+    Detecting a change reads each built day's visit count from the log and the
+    first-seen records newer than its mark (a handful of rows), never the day's visits
+    themselves; the days rebuilt whole are counted in one Spark job."""
+    stored = {
+        day: mark
+        for day, mark in _stored_marks(lakehouse, days).items()
+        if mark.seen_through is not None
+    }
+    new_by_day: dict[dt.date, list[tuple[str, int]]] = {}
+    if stored:
+        newer = lakehouse.read_arrow(
+            FIRST_SEEN,
+            where=any_of(
+                And(
+                    (
+                        eq("event_date", day),
+                        Compare("first_seen_at", ">", _instant(mark.seen_through)),
+                    )
+                )
+                for day, mark in stored.items()
+            ),
+            columns=["event_date", "user_id", "first_seen_at"],
         )
-        new = lakehouse.read_arrow(FIRST_SEEN, where=newer, columns=["user_id", "first_seen_at"])
-        users = sorted(set(new.column("user_id").to_pylist()))
-        if count == stored.visits + new.num_rows and len(users) <= MAX_NAMED_USERS:
-            latest = pc.max(pc.cast(new.column("first_seen_at"), pa.int64())).as_py()
-            return users, DayMark(day, count, max(stored.seen_through, latest or 0))
-    day_seen = lakehouse.read(FIRST_SEEN, where=eq("event_date", day), columns=["first_seen_at"])
-    [seen_through] = day_seen.agg(F.max(F.unix_micros("first_seen_at"))).first()
-    every_user = lakehouse.read(
-        VISITS_DAILY, where=eq("event_date", day), columns=["user_id"]
-    ).distinct()
-    return every_user, DayMark(day, count, seen_through)
+        for day, user, seen in zip(
+            newer.column("event_date").to_pylist(),
+            newer.column("user_id").to_pylist(),
+            pc.cast(newer.column("first_seen_at"), pa.int64()).to_pylist(),
+            strict=True,
+        ):
+            new_by_day.setdefault(day, []).append((user, seen))
+    named: set[str] = set()
+    marks: list[DayMark] = []
+    whole = [day for day in days if day not in stored]
+    for day, mark in stored.items():
+        new = new_by_day.get(day, [])
+        count = lakehouse.count(VISITS_DAILY, where=eq("event_date", day))
+        if count != mark.visits + len(new):
+            whole.append(day)
+        elif new:
+            named.update(user for user, _ in new)
+            marks.append(DayMark(day, count, max(mark.seen_through, *(seen for _, seen in new))))
+    if len(named) > MAX_NAMED_USERS:
+        whole.extend(mark.day for mark in marks)
+        named.clear()
+        marks.clear()
+    if not whole:
+        return Changes(sorted(named), marks)
+    return Changes(*_whole_days(lakehouse, sorted(whole), named, marks))
+
+
+def _whole_days(
+    lakehouse: Lakehouse, whole: list[dt.date], named: set[str], marks: list[DayMark]
+) -> tuple[DataFrame, list[DayMark]]:
+    """Every user of the `whole` days (and the `named` ones), checkpointed, and the
+    marks of every changed day."""
+    spark = lakehouse.spark.session()
+    day_visits = lakehouse.read(
+        VISITS_DAILY, where=is_in("event_date", whole), columns=["event_date", "user_id"]
+    )
+    users = day_visits.select("user_id")
+    if named:
+        users = users.unionByName(
+            spark.createDataFrame([(user,) for user in named], "user_id string")
+        )
+    counts = dict(day_visits.groupBy("event_date").count().collect())
+    seen = dict(
+        lakehouse.read(
+            FIRST_SEEN, where=is_in("event_date", whole), columns=["event_date", "first_seen_at"]
+        )
+        .groupBy("event_date")
+        .agg(F.max(F.unix_micros("first_seen_at")))
+        .collect()
+    )
+    whole_marks = [DayMark(day, counts.get(day, 0), seen.get(day)) for day in whole]
+    return users.distinct().localCheckpoint(), sorted([*marks, *whole_marks], key=lambda m: m.day)
 
 
 Span = tuple[dt.datetime | None, dt.datetime | None, str | None]
@@ -312,25 +389,26 @@ class Rebuild:
     retired: DataFrame
     window: TimeWindow
     widenings: int
-    mark: DayMark
-    users: Users
+    changes: Changes
 
 
-def rebuild_day(lakehouse: Lakehouse, day: dt.date, gap: dt.timedelta) -> Rebuild:
-    """The sessions that the changed visits of `day` can touch, rebuilt, and the stored
-    ids they retire."""
-    day_start = dt.datetime.combine(day, dt.time(), dt.UTC)
-    window = TimeWindow(day_start - gap, day_start + dt.timedelta(days=1) + gap)
-    users, mark = changed_users(lakehouse, day)
-    if isinstance(users, DataFrame):
-        users = users.localCheckpoint()
+def rebuild(lakehouse: Lakehouse, changes: Changes, gap: dt.timedelta) -> Rebuild:
+    """The sessions that the `changes` (of at least one day) can touch, rebuilt, and the
+    stored ids they retire."""
+    users = changes.users
+    first, last = changes.marks[0].day, changes.marks[-1].day
+    window = TimeWindow(
+        dt.datetime.combine(first, dt.time(), dt.UTC) - gap,
+        dt.datetime.combine(last + dt.timedelta(days=1), dt.time(), dt.UTC) + gap,
+    )
+    days = f"{first}" if first == last else f"{first} .. {last}"
     widenings = 0
 
     def widen(wider: TimeWindow) -> TimeWindow:
         nonlocal widenings
         widenings += 1
         if widenings > MAX_WIDENINGS:
-            raise dg.Failure(f"sessions around {day} kept growing after {MAX_WIDENINGS} widenings")
+            raise dg.Failure(f"sessions around {days} kept growing after {MAX_WIDENINGS} widenings")
         return wider
 
     while True:
@@ -342,7 +420,8 @@ def rebuild_day(lakehouse: Lakehouse, day: dt.date, gap: dt.timedelta) -> Rebuil
             window = widen(window.widened(low, high))
             continue
         sessions = sessionize(_visits_within(lakehouse, window, users), gap)
-        # Rebuilt: the sessions holding a visit of the day, or covering a stored one.
+        # Rebuilt: the sessions holding a visit of the changed days, or covering a
+        # stored one.
         touching = sessions.join(
             stored.select(
                 "user_id",
@@ -352,7 +431,7 @@ def rebuild_day(lakehouse: Lakehouse, day: dt.date, gap: dt.timedelta) -> Rebuil
             "user_id",
             "left",
         ).where(
-            F.array_contains("_visit_days", F.lit(day))
+            F.exists("_visit_days", lambda visit_day: visit_day.between(F.lit(first), F.lit(last)))
             | ((F.col("_s") <= F.col("session_end")) & (F.col("_e") >= F.col("session_start")))
         )
         pinned_kept = Pinned.of(
@@ -388,7 +467,7 @@ def rebuild_day(lakehouse: Lakehouse, day: dt.date, gap: dt.timedelta) -> Rebuil
         .groupBy(F.col("r.session_id").alias("session_id"), F.col("r.user_id").alias("user_id"))
         .agg(F.min("merged_into").alias("merged_into"))
     )
-    return Rebuild(kept, Pinned.of(retired, users).frame, window, widenings, mark, users)
+    return Rebuild(kept, Pinned.of(retired, users).frame, window, widenings, changes)
 
 
 def _record_retired(
@@ -466,56 +545,74 @@ def publish(
         ],
         metadata={**metadata, "retired_sessions": retired_count},
     )
-    # After the sessions: a crash in between leaves the older mark, and the retry
+    # After the sessions: a crash in between leaves the older marks, and the retry
     # rebuilds a superset of what changed.
-    build = {
-        "session_day": rebuild.mark.day,
-        "day_visits": rebuild.mark.visits,
-        "seen_through": rebuild.mark.seen_through,
-        "built_at": dt.datetime.now(dt.UTC),
-        "dagster_run_id": run_id,
-    }
-    lakehouse.append(BUILDS, pa.Table.from_pylist([build], schema=BUILDS_SCHEMA), metadata=metadata)
+    built_at = dt.datetime.now(dt.UTC)
+    builds = [
+        {
+            "session_day": mark.day,
+            "day_visits": mark.visits,
+            "seen_through": mark.seen_through,
+            "built_at": built_at,
+            "dagster_run_id": run_id,
+        }
+        for mark in rebuild.changes.marks
+    ]
+    lakehouse.append(BUILDS, pa.Table.from_pylist(builds, schema=BUILDS_SCHEMA), metadata=metadata)
     return result, retired_count
 
 
-def build_day(
-    context: dg.AssetExecutionContext, lakehouse: Lakehouse, gap: dt.timedelta, partition_key: str
-) -> dict[str, Any]:
-    """Rebuild what changed of one day's sessions and publish it: the day's metadata."""
-    day = parse_day(partition_key)
-    rebuild = rebuild_day(lakehouse, day, gap)
-    if isinstance(rebuild.users, list) and not rebuild.users:
-        return skipped_metadata(
+def _named(users: Users) -> str:
+    if not isinstance(users, list):
+        return "every user of the changed days"
+    return ", ".join(users[:20]) + (" ..." if len(users) > 20 else "")
+
+
+def build(
+    context: dg.AssetExecutionContext, lakehouse: Lakehouse, gap: dt.timedelta
+) -> dict[str, dict[str, Any]]:
+    """Rebuild what changed of the run's days and publish it in one commit: each day's
+    metadata. The days that changed share the commit's; the others are skipped."""
+    keys = context.partition_keys
+    span = run_span(keys)
+    days = [parse_day(key) for key in keys]
+    changes = changed_users(lakehouse, days)
+    changed = {mark.day for mark in changes.marks}
+    committed: dict[str, Any] = {}
+    if changed:
+        rebuilt = rebuild(lakehouse, changes, gap)
+        result, retired = publish(
+            lakehouse,
+            rebuilt,
+            run_id=context.run_id,
+            partition_key=span,
+            metadata=commit_metadata(context, partition_key=span),
+        )
+        committed = materialization_metadata(
+            lakehouse,
+            result,
+            partition_key=span,
+            extra={
+                "days_rebuilt": dg.MetadataValue.int(len(changed)),
+                "sessions_rebuilt": dg.MetadataValue.int(rebuilt.sessions.count()),
+                "sessions_retired": dg.MetadataValue.int(retired),
+                "window": f"{rebuilt.window.start:%Y-%m-%d %H:%M} .. "
+                f"{rebuilt.window.end:%Y-%m-%d %H:%M} UTC",
+                "widenings": dg.MetadataValue.int(rebuilt.widenings),
+                "users_rebuilt": _named(changes.users),
+            },
+        )
+    unchanged: dict[str, Any] = {}
+    if len(changed) < len(days):
+        unchanged = skipped_metadata(
             lakehouse,
             USER_SESSIONS,
-            reason=f"no visit of {day} changed since its sessions were built",
-            partition_key=partition_key,
+            reason="no visit of the day changed since its sessions were built",
+            partition_key=span,
         )
-    result, retired = publish(
-        lakehouse,
-        rebuild,
-        run_id=context.run_id,
-        partition_key=partition_key,
-        metadata=commit_metadata(context, partition_key=partition_key),
-    )
-    return materialization_metadata(
-        lakehouse,
-        result,
-        partition_key=partition_key,
-        extra={
-            "sessions_rebuilt": dg.MetadataValue.int(rebuild.sessions.count()),
-            "sessions_retired": dg.MetadataValue.int(retired),
-            "window": f"{rebuild.window.start:%Y-%m-%d %H:%M} .. "
-            f"{rebuild.window.end:%Y-%m-%d %H:%M} UTC",
-            "widenings": dg.MetadataValue.int(rebuild.widenings),
-            "users_rebuilt": (
-                ", ".join(rebuild.users[:20]) + (" ..." if len(rebuild.users) > 20 else "")
-                if isinstance(rebuild.users, list)
-                else "every user of the day"
-            ),
-        },
-    )
+    return {
+        key: committed if day in changed else unchanged for key, day in zip(keys, days, strict=True)
+    }
 
 
 @dg.asset(
@@ -532,10 +629,9 @@ def user_sessions(
     never change across reruns, backfills and late visits: SHA-256 of the user and the
     session's first-ingested visit. Sessions merged by a late visit keep the
     earliest-ingested id; the others are listed in `user_sessions_retired`. A backfilled
-    range is one run: its days are rebuilt oldest first, each as a run of it alone would
-    (sessions cross midnight, so a day's rebuild reads what the day before published)."""
+    range is one run and one rebuild of what changed in its days: one Spark pass, one
+    commit, and a materialization of each day pointing at it."""
     gap = dt.timedelta(minutes=session_settings.gap_minutes)
-    materialize_partitions(
-        context, lambda key: build_day(context, lakehouse, gap, key), on_failure="continue"
-    )
+    for key, metadata in build(context, lakehouse, gap).items():
+        context.add_asset_metadata(metadata, partition_key=key)
     return dg.MaterializeResult()

@@ -152,6 +152,10 @@ def test_a_backfilled_range_builds_its_days_in_one_run_as_runs_of_each_day_do(
     )
     events = result.asset_materializations_for_node("user_sessions")
     assert [event.partition for event in events] == [DAY.isoformat(), NEXT.isoformat()]
+    # One rebuild and one commit for the range, which both days' materializations name.
+    [version] = {event.metadata["delta_version"].value for event in events}
+    created, merged = reversed(lakehouse.history(USER_SESSIONS))
+    assert (merged.operation, merged.version) == ("MERGE", version)
     assert sorted(sessions(lakehouse).values()) == [
         ("u1", "03 22:00", "04 00:05", 7),
         ("u2", "03 23:50", "04 00:10", 2),
@@ -160,3 +164,18 @@ def test_a_backfilled_range_builds_its_days_in_one_run_as_runs_of_each_day_do(
     for day in (NEXT, DAY):  # the days alone, in the other order: nothing changes
         run(resources, day)
     assert tables(lakehouse) == once
+    # A late visit of the second day: the range again commits that day alone, once.
+    deliver(write_visits, NEXT, "late.jsonl", [("n3", "u2", "00:30")])
+    again = dg.materialize(
+        [visits_daily, user_sessions],
+        resources={**resources, "session_settings": SessionSettings()},
+        instance=instance,
+        tags=partition_range(DAY, NEXT),
+    )
+    day, next_day = again.asset_materializations_for_node("user_sessions")
+    assert "skipped" in day.metadata and "delta_version" not in day.metadata
+    assert next_day.metadata["delta_version"].value == version + 1
+    assert sorted(sessions(lakehouse).values()) == [
+        ("u1", "03 22:00", "04 00:05", 7),
+        ("u2", "03 23:50", "04 00:30", 3),
+    ]
