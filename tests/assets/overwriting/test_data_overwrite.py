@@ -137,6 +137,7 @@ def test_duplicated_file_is_kept_once(resources, lakehouse, write_visits):
     assert metadata["duplicates_dropped"].value == 10
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_failure_in_the_middle_of_a_write_leaves_the_previous_content(
     resources, lakehouse, three_days, write_visits
 ):
@@ -264,7 +265,7 @@ def test_a_bad_day_fails_its_range_by_name_and_the_other_days_land(
     assert len(table_rows(lakehouse)) == 60
 
 
-@pytest.mark.run_processes
+@pytest.mark.slow
 def test_a_backfill_as_several_concurrent_runs_lands_every_partition(
     tmp_path, lakehouse, landing, write_visits, spark_remote
 ):

@@ -224,6 +224,7 @@ def test_compaction_and_an_empty_day_do_not_shift_the_day_to_version_link(
     assert catalog(lakehouse) == reference[DAYS[2]]
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_failure_after_the_merge_does_not_merge_twice_on_retry(
     tmp_path, spark, resources, lakehouse, landing, write_catalog
 ):
