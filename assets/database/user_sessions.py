@@ -8,7 +8,9 @@ session's first, was ingested later, so it joins the session without changing it
 When a late visit bridges two sessions, the merged session keeps the id of the
 earliest-ingested one by the same rule, and the other id is retired: recorded in
 `user_sessions_retired` (`merged_into`, when, which run) and deleted from
-`user_sessions`, which holds live sessions only.
+`user_sessions`, which holds live sessions only. A retired id never comes back: when a
+visit is removed and a session splits off again, it takes a new id derived from the
+retired one.
 
 A run rebuilds only what changed of its days: the users with visits of a day first seen
 since the day was last built (`user_sessions_builds` logs each build of a day with its
@@ -23,6 +25,8 @@ pass and one commit for all its days, which each get a materialization pointing 
 """
 
 import datetime as dt
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -448,7 +452,7 @@ def rebuild(lakehouse: Lakehouse, changes: Changes, gap: dt.timedelta) -> Rebuil
         if window.widened(low, high) == window:
             break
         window = widen(window.widened(low, high))
-    kept = kept.drop("_unseen_visit")
+    kept = _never_retired(lakehouse, kept.drop("_unseen_visit"), users)
     retired = (
         stored.join(kept.select("session_id"), "session_id", "left_anti")
         .alias("r")
@@ -468,6 +472,47 @@ def rebuild(lakehouse: Lakehouse, changes: Changes, gap: dt.timedelta) -> Rebuil
         .agg(F.min("merged_into").alias("merged_into"))
     )
     return Rebuild(kept, Pinned.of(retired, users).frame, window, widenings, changes)
+
+
+def _reborn(session_id: str) -> str:
+    return hashlib.sha256(json.dumps({"reborn_from": session_id}).encode()).hexdigest()
+
+
+def _never_retired(lakehouse: Lakehouse, sessions: DataFrame, users: Users) -> DataFrame:
+    """`sessions` with any id that was retired replaced by a new one: a session split off
+    again after a visit was removed would otherwise take back the id of the session it
+    was merged out of. The new id is derived from the retired one (again while that is
+    retired too), so a rerun derives the same."""
+    if not lakehouse.exists(RETIRED):
+        return sessions
+    if isinstance(users, list):
+        retired = lakehouse.read(RETIRED, where=is_in("user_id", users), columns=["session_id"])
+    else:
+        retired = lakehouse.read(RETIRED, columns=["session_id", "user_id"]).join(
+            users, "user_id", "left_semi"
+        )
+    retired = retired.select("session_id")
+    collided = [
+        row.session_id for row in sessions.join(retired, "session_id", "left_semi").collect()
+    ]
+    if not collided:
+        return sessions
+    taken = {row.session_id for row in retired.collect()}
+    renamed = {}
+    for session_id in collided:
+        new_id = _reborn(session_id)
+        while new_id in taken:
+            new_id = _reborn(new_id)
+        renamed[session_id] = new_id
+    mapping = sessions.sparkSession.createDataFrame(
+        list(renamed.items()), "session_id string, _new_id string"
+    )
+    return (
+        sessions.join(mapping, "session_id", "left")
+        .withColumn("session_id", F.coalesce("_new_id", "session_id"))
+        .drop("_new_id")
+        .select(sessions.columns)
+    )
 
 
 def _record_retired(

@@ -112,6 +112,37 @@ def test_a_bridging_visit_merges_sessions_and_retires_the_later_id(
     assert tables(lakehouse) == once
 
 
+@pytest.mark.long_on_delta_spark
+def test_a_session_split_off_again_never_takes_back_a_retired_id(
+    resources, lakehouse, write_visits
+):
+    deliver(write_visits, DAY, "a.jsonl", [("a1", "u1", "10:00"), ("a2", "u1", "10:10")])
+    deliver(write_visits, DAY, "b.jsonl", [("b1", "u1", "11:00"), ("b2", "u1", "11:10")])
+    run(resources, DAY)
+    first, second = sorted(sessions(lakehouse), key=lambda sid: sessions(lakehouse)[sid][1])
+    retired: set[str] = set()
+    for _ in range(2):
+        # A bridging visit merges the two sessions, and its removal splits them again.
+        bridge = write_visits(DAY, "c.jsonl", [visit("c1", at(DAY, "10:35"), user="u1")])
+        run(resources, DAY)
+        [merged] = sessions(lakehouse)
+        assert merged == first
+        retired = {row["session_id"] for row in lakehouse.read_arrow(RETIRED).to_pylist()}
+        bridge.unlink()
+        run(resources, DAY)
+        split = sessions(lakehouse)
+        assert sorted(split.values()) == [
+            ("u1", "03 10:00", "03 10:10", 2),
+            ("u1", "03 11:00", "03 11:10", 2),
+        ]
+        [again] = set(split) - {first}
+        assert again not in retired | {second}
+        once = tables(lakehouse)
+        run(resources, DAY)
+        assert tables(lakehouse) == once
+    assert len(retired) == 2
+
+
 @pytest.mark.parametrize(
     "order",
     [
