@@ -65,7 +65,6 @@ def operations(lake: Lakehouse, r: int) -> dict[str, Callable[[], object]]:
     day = FIRST_DAY + dt.timedelta(days=DAYS // 2)
     batch = batch_for(MERGE_DATES // 2 + 3 * r, r)
     month = batch.column("change_month")[0].as_py()
-    dialect = "spark" if lake.engine == "delta-spark" else "datafusion"
     return {
         "replace a week (50k rows)": lambda: lake.overwrite(
             "week", visits(FIRST_DAY, 7, 50_000, 100 + r), metadata=META
@@ -76,7 +75,7 @@ def operations(lake: Lakehouse, r: int) -> dict[str, Callable[[], object]]:
         "MERGE 10k into 10M": lambda: lake.merge(
             "devices",
             batch,
-            on=f"{eq('t.change_month', month).render(dialect)} AND {KEY_MATCH}",
+            on=eq("t.change_month", month) & KEY_MATCH,
             clauses=CLAUSES,
             metadata=META,
         ),

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from resources import Lakehouse, SparkResource  # noqa: E402
 from resources.lakehouse import WhenMatchedUpdate, WhenNotMatchedInsert  # noqa: E402
-from resources.lakehouse.predicates import eq  # noqa: E402
+from resources.lakehouse.predicates import eq, from_source, matches  # noqa: E402
 
 ROWS_PER_DATE = 10_000
 SIZES = {"1M": 100, "10M": 1_000}  # dates per table
@@ -45,13 +45,11 @@ BATCH = 10_000
 ROUNDS = 5
 FIRST_DATE = dt.date(2022, 1, 1)
 META = {"benchmark": "merge_pruning"}
-KEY_MATCH = "t.type = s.type AND t.version = s.version"
+KEY_MATCH = matches("type", "version")
 CLAUSES = [
-    WhenMatchedUpdate(set={"full_name": "s.full_name"}),
+    WhenMatchedUpdate(set=from_source(["full_name"])),
     WhenNotMatchedInsert(
-        values={
-            c: f"s.{c}" for c in ("type", "full_name", "version", "change_date", "change_month")
-        }
+        values=from_source(["type", "full_name", "version", "change_date", "change_month"])
     ),
 ]
 
@@ -90,8 +88,7 @@ def merge(lake: Lakehouse, batch: pa.Table, *, bound: str | None) -> tuple[float
     the condition pins to the batch's value (None: no pruning)."""
     condition = KEY_MATCH
     if bound:
-        value = batch.column(bound)[0].as_py()
-        condition = f"{eq(f't.{bound}', value).render(lake.dialect)} AND {KEY_MATCH}"
+        condition = eq(f"t.{bound}", batch.column(bound)[0].as_py()) & KEY_MATCH
     started = time.perf_counter()
     result = lake.merge("devices", batch, on=condition, clauses=CLAUSES, metadata=META)
     elapsed = time.perf_counter() - started

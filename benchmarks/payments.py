@@ -50,6 +50,7 @@ from assets.database.payments_source import (  # noqa: E402
 )
 from resources import Lakehouse, SparkResource  # noqa: E402
 from resources.lakehouse import AppTransaction, WhenNotMatchedInsert  # noqa: E402
+from resources.lakehouse.predicates import matches  # noqa: E402
 
 SIZES = (1_000_000, 10_000_000)
 BATCH = 100_000
@@ -117,7 +118,7 @@ def plain(lake: Lakehouse, rows: DataFrame) -> int:
     result = lake.merge(
         PAYMENTS,
         stored_rows(rows.withColumn("payment_date", F.lit(FIRST_DAY))),
-        on=f"t.{KEY} = s.{KEY}",
+        on=matches(KEY),
         clauses=[WhenNotMatchedInsert()],
         metadata=META,
     )

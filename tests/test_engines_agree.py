@@ -18,7 +18,7 @@ from assets.overwriting import visits_daily, visits_weekly
 from assets.updates import device_catalog, devices
 from resources import Lakehouse, LandingZone
 from resources.lakehouse import WhenMatchedUpdate, WhenNotMatchedInsert
-from resources.lakehouse.predicates import eq
+from resources.lakehouse.predicates import eq, matches
 
 MONDAY = dt.date(2024, 3, 4)
 ENGINES = ("delta-rs", "delta-spark")
@@ -126,7 +126,7 @@ def test_a_table_created_by_one_engine_is_read_and_written_by_the_other(tmp_path
         other.merge(
             "mixed",
             pa.table({"k": ["c"], "v": pa.array([3], pa.int64())}),
-            on="t.k = s.k",
+            on=matches("k"),
             clauses=[WhenMatchedUpdate(), WhenNotMatchedInsert()],
             metadata=meta,
         )

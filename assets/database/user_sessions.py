@@ -52,11 +52,15 @@ from resources.lakehouse import (
 from resources.lakehouse.predicates import (
     And,
     Compare,
+    IsTrue,
+    Not,
     Predicate,
     any_of,
     between,
     eq,
+    from_source,
     is_in,
+    matches,
 )
 
 USER_SESSIONS = "user_sessions"
@@ -529,7 +533,7 @@ def _record_retired(
     lakehouse.merge(
         RETIRED,
         rows,
-        on="t.session_id = s.session_id",
+        on=matches("session_id"),
         clauses=[WhenNotMatchedInsert()],
         metadata=metadata,
     )
@@ -568,25 +572,17 @@ def publish(
     )
     low, high = rebuild.window.dates
     # Every stored session the rebuild read, and every rebuilt one, starts in the window.
-    pinned = between("t.session_date", low, high).render(lakehouse.dialect)
-    unchanged = " AND ".join(
-        f"t.{c} = s.{c}" for c in ("session_start", "session_end", "visits", "first_ingested_at")
-    )
+    unchanged = matches("session_start", "session_end", "visits", "first_ingested_at")
+    retired = IsTrue("s._retired")
     result = lakehouse.merge(
         USER_SESSIONS,
         source,
-        on=f"{pinned} AND t.session_id = s.session_id",
+        on=between("t.session_date", low, high) & matches("session_id"),
         clauses=[
-            WhenMatchedDelete(condition="s._retired"),
+            WhenMatchedDelete(condition=retired),
             # An unchanged session is left as it is: a rerun rewrites nothing.
-            WhenMatchedUpdate(
-                condition=f"NOT ({unchanged})",
-                set={c: f"s.{c}" for c in SESSION_COLUMNS},
-            ),
-            WhenNotMatchedInsert(
-                condition="NOT s._retired",
-                values={c: f"s.{c}" for c in SESSION_COLUMNS},
-            ),
+            WhenMatchedUpdate(condition=Not(unchanged), set=from_source(SESSION_COLUMNS)),
+            WhenNotMatchedInsert(condition=Not(retired), values=from_source(SESSION_COLUMNS)),
         ],
         metadata={**metadata, "retired_sessions": retired_count},
     )

@@ -23,7 +23,7 @@ from resources.lakehouse import (
     WhenMatchedUpdate,
     WhenNotMatchedInsert,
 )
-from resources.lakehouse.predicates import is_in
+from resources.lakehouse.predicates import is_in, matches
 
 MANIFEST = "visits_manifest"
 Status = Literal["active", "retired"]
@@ -83,7 +83,7 @@ def upsert_manifest(
     result = lakehouse.merge(
         MANIFEST,
         rows,
-        on="t.week_start = s.week_start AND t.table_name = s.table_name",
+        on=matches("week_start", "table_name"),
         clauses=[WhenMatchedUpdate(), WhenNotMatchedInsert()],
         metadata=metadata,
     )

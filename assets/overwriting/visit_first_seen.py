@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from resources.lakehouse import Lakehouse, WhenNotMatchedInsert
 from resources.lakehouse.frames import with_constants
-from resources.lakehouse.predicates import is_in
+from resources.lakehouse.predicates import is_in, matches
 
 if TYPE_CHECKING:
     from resources.lakehouse.port import Data
@@ -49,7 +49,7 @@ def record_first_seen(
     lakehouse.merge(
         FIRST_SEEN,
         _first_seen_rows(visits, seen_at=seen_at, run_id=run_id),
-        on=f"{is_in('t.event_date', days).render(lakehouse.dialect)} AND t.visit_id = s.visit_id",
+        on=is_in("t.event_date", days) & matches("visit_id"),
         clauses=[WhenNotMatchedInsert()],
         metadata=metadata,
     )

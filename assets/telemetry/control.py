@@ -18,7 +18,7 @@ from assets.telemetry.reconcile import DirtySpan, pending_spans
 from assets.telemetry.subjects import app_id
 from resources import Lakehouse
 from resources.lakehouse import AppTransaction, WhenMatchedUpdate, WhenNotMatchedInsert
-from resources.lakehouse.predicates import Compare, eq, is_in
+from resources.lakehouse.predicates import Compare, IsTrue, Not, eq, from_source, is_in, matches
 
 RAW = "telemetry_raw"
 TOTALS = "telemetry_running_totals"
@@ -294,16 +294,17 @@ def save_file_states(
     source = _table_of(states, FILE_STATE_SCHEMA).append_column(
         "reingest_handled", pa.array([s.source in handled_reingests for s in states])
     )
-    columns = {name: f"s.{name}" for name in FILE_STATE_SCHEMA.names}
+    columns = from_source(FILE_STATE_SCHEMA.names)
     lakehouse.merge(
         FILE_STATE,
         source,
-        on="t.source = s.source",
+        on=matches("source"),
         clauses=[
             WhenMatchedUpdate(
                 set={
                     **columns,
-                    "reingest_requested": "t.reingest_requested AND NOT s.reingest_handled",
+                    "reingest_requested": IsTrue("t.reingest_requested")
+                    & Not(IsTrue("s.reingest_handled")),
                 }
             ),
             WhenNotMatchedInsert(values=columns),
@@ -326,7 +327,7 @@ def add_quarantine(
         lakehouse.merge(
             QUARANTINE,
             _table_of(entries, QUARANTINE_SCHEMA),
-            on="t.source = s.source AND t.content_hash = s.content_hash",
+            on=matches("source", "content_hash"),
             clauses=[WhenNotMatchedInsert()],
             metadata=metadata,
         )

@@ -18,6 +18,7 @@ from assets.telemetry import control
 from assets.telemetry.control import Event
 from resources import Lakehouse
 from resources.lakehouse import WhenMatchedUpdate, WhenNotMatchedInsert
+from resources.lakehouse.predicates import Constant, from_source, matches
 
 
 class OperatorRequestError(ValueError):
@@ -99,7 +100,7 @@ def blacklist_file(
     lakehouse.merge(
         control.BLACKLIST,
         entry,
-        on="t.source = s.source",
+        on=matches("source"),
         clauses=[WhenNotMatchedInsert()],
         metadata=metadata,
     )
@@ -115,8 +116,8 @@ def request_reingest(
     lakehouse.merge(
         control.FILE_STATE,
         flag,
-        on="t.source = s.source",
-        clauses=[WhenMatchedUpdate(set={"reingest_requested": "TRUE"})],
+        on=matches("source"),
+        clauses=[WhenMatchedUpdate(set={"reingest_requested": Constant(True)})],
         metadata=commit_metadata(context, partition_key=state.subject_key, source=config.source),
     )
     _record(context, lakehouse, state, "reingest_requested", config.reason)
@@ -145,12 +146,8 @@ def release_quarantined(
     lakehouse.merge(
         control.QUARANTINE,
         released,
-        on="t.source = s.source AND t.content_hash = s.content_hash",
-        clauses=[
-            WhenMatchedUpdate(
-                set={"released_at": "s.released_at", "released_by_run": "s.released_by_run"}
-            )
-        ],
+        on=matches("source", "content_hash"),
+        clauses=[WhenMatchedUpdate(set=from_source(("released_at", "released_by_run")))],
         metadata=commit_metadata(context, partition_key=state.subject_key, source=config.source),
     )
     _record(context, lakehouse, state, "released", config.reason)

@@ -26,17 +26,16 @@ from assets.transactional_writer import transactional_metadata, write_partition_
 from assets.updates.change_files import DEVICE_COLUMNS, parse_device_changes
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import WhenMatchedDelete, WhenMatchedUpdate, WhenNotMatchedInsert
+from resources.lakehouse.predicates import IsTrue, Not, from_source, matches
 
 DEVICES = "devices"
 DEVICES_SCHEMA = pa.schema([pa.field(name, pa.string()) for name in DEVICE_COLUMNS])
 daily_changes = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 
 DEVICE_MERGE = [
-    WhenMatchedDelete(condition="s.is_deleted"),
-    WhenMatchedUpdate(set={"full_name": "s.full_name"}),
-    WhenNotMatchedInsert(
-        condition="NOT s.is_deleted", values={name: f"s.{name}" for name in DEVICE_COLUMNS}
-    ),
+    WhenMatchedDelete(condition=IsTrue("s.is_deleted")),
+    WhenMatchedUpdate(set=from_source(("full_name",))),
+    WhenNotMatchedInsert(condition=Not(IsTrue("s.is_deleted")), values=from_source(DEVICE_COLUMNS)),
 ]
 
 
@@ -76,7 +75,7 @@ def devices(
                 write=lambda app_transaction, facts: lakehouse.merge(
                     DEVICES,
                     changes.frame.select(*DEVICE_COLUMNS, F.col("is_deleted")),
-                    on="t.type = s.type AND t.version = s.version",
+                    on=matches("type", "version"),
                     clauses=DEVICE_MERGE,
                     metadata={**metadata, **facts},
                     app_transaction=app_transaction,

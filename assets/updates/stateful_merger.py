@@ -39,7 +39,7 @@ from resources.lakehouse import (
     WhenMatchedUpdate,
     WhenNotMatchedInsert,
 )
-from resources.lakehouse.predicates import eq
+from resources.lakehouse.predicates import eq, from_source, matches
 
 DEVICE_CATALOG = "device_catalog"
 VERSIONS = "device_catalog_versions"
@@ -133,7 +133,7 @@ def record_version(
     lakehouse.merge(
         VERSIONS,
         row,
-        on="t.execution_day = s.execution_day",
+        on=matches("execution_day"),
         clauses=[WhenMatchedUpdate(), WhenNotMatchedInsert()],
         metadata=metadata,
     )
@@ -215,10 +215,10 @@ def merge_day(
             result = lakehouse.merge(
                 DEVICE_CATALOG,
                 changes.frame,
-                on="t.id = s.id",
+                on=matches("id"),
                 clauses=[
-                    WhenMatchedUpdate(set={name: f"s.{name}" for name in CATALOG_COLUMNS}),
-                    WhenNotMatchedInsert(values={name: f"s.{name}" for name in CATALOG_COLUMNS}),
+                    WhenMatchedUpdate(set=from_source(CATALOG_COLUMNS)),
+                    WhenNotMatchedInsert(values=from_source(CATALOG_COLUMNS)),
                 ],
                 metadata=meta("merge"),
             )

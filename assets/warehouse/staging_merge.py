@@ -34,7 +34,7 @@ from resources.lakehouse import (
     WhenMatchedUpdate,
     WhenNotMatchedInsert,
 )
-from resources.lakehouse.predicates import between
+from resources.lakehouse.predicates import SortsAfter, between, from_source, matches
 
 USER_EVENTS = "user_events"
 VERSION_ORDER = ("event_timestamp", "ingestion_time", "content_digest")
@@ -59,16 +59,6 @@ def deduplicate(events: DataFrame) -> DataFrame:
     """One row per `event_id`: its winning version."""
     order = Window.partitionBy("event_id").orderBy(*(F.col(c).desc() for c in VERSION_ORDER))
     return events.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
-
-
-def incoming_wins(incoming: str = "s", stored: str = "t") -> str:
-    """SQL condition: the `incoming` version comes after the `stored` one in the order
-    (lexicographic over VERSION_ORDER)."""
-    condition = "FALSE"
-    for column in reversed(VERSION_ORDER):
-        s, t = f"{incoming}.{column}", f"{stored}.{column}"
-        condition = f"({s} > {t} OR ({s} = {t} AND {condition}))"
-    return condition
 
 
 @dataclass(frozen=True)
@@ -100,14 +90,13 @@ def merge_batch(
     lakehouse.create(USER_EVENTS, TABLE_SCHEMA, partition_by=["event_date"], metadata=metadata)
     days = between("event_date", first_day, last_day)
     in_window, total = lakehouse.partition_files(USER_EVENTS, where=days)
-    pinned = between("t.event_date", first_day, last_day).render(lakehouse.dialect)
-    every_column = {c: f"s.{c}" for c in TABLE_COLUMNS}
+    every_column = from_source(TABLE_COLUMNS)
     result = lakehouse.merge(
         USER_EVENTS,
         staged.select(*TABLE_COLUMNS),
-        on=f"{pinned} AND t.event_id = s.event_id",
+        on=between("t.event_date", first_day, last_day) & matches("event_id"),
         clauses=[
-            WhenMatchedUpdate(condition=incoming_wins(), set=every_column),
+            WhenMatchedUpdate(condition=SortsAfter(VERSION_ORDER), set=every_column),
             WhenNotMatchedInsert(values=every_column),
         ],
         metadata=metadata,

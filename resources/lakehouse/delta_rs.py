@@ -28,6 +28,7 @@ from resources.lakehouse import port
 from resources.lakehouse.frames import frame_from_arrow, is_arrow
 from resources.lakehouse.predicates import (
     And,
+    Assignment,
     Compare,
     In,
     Or,
@@ -312,7 +313,7 @@ class DeltaRsEngine(port.DeltaEngine):
         table: str,
         source: port.Data,
         *,
-        on: str,
+        on: Predicate,
         clauses: Sequence[port.MergeClause],
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
@@ -324,7 +325,7 @@ class DeltaRsEngine(port.DeltaEngine):
             )
         merger = target.merge(
             _as_arrow(source),
-            on,
+            on.render("datafusion"),
             source_alias="s",
             target_alias="t",
             commit_properties=_commit_properties(metadata, app_transaction),
@@ -337,13 +338,15 @@ class DeltaRsEngine(port.DeltaEngine):
                 merger = (
                     merger.when_matched_update_all(predicate=condition)
                     if clause.set is None
-                    else merger.when_matched_update(dict(clause.set), predicate=condition)
+                    else merger.when_matched_update(_assignments(clause.set), predicate=condition)
                 )
             else:
                 merger = (
                     merger.when_not_matched_insert_all(predicate=condition)
                     if clause.values is None
-                    else merger.when_not_matched_insert(dict(clause.values), predicate=condition)
+                    else merger.when_not_matched_insert(
+                        _assignments(clause.values), predicate=condition
+                    )
                 )
         merger.execute()
         return _own_commit(target, metadata)
@@ -419,6 +422,10 @@ def _files_selected(delta: DeltaTable, where: Predicate | None) -> tuple[pa.Tabl
     files = pa.table(delta.get_add_actions(flatten=True))
     selected = _in_partitions(files, where)
     return None if selected is None else (files, selected)
+
+
+def _assignments(assignments: Mapping[str, Assignment]) -> dict[str, str]:
+    return {identifier(c): value.render("datafusion") for c, value in assignments.items()}
 
 
 def _on_partitions(delta: DeltaTable, where: Predicate) -> bool:

@@ -230,7 +230,7 @@ class DeltaSparkEngine(port.DeltaEngine):
         table: str,
         source: port.Data,
         *,
-        on: str,
+        on: Predicate,
         clauses: Sequence[port.MergeClause],
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
@@ -240,8 +240,9 @@ class DeltaSparkEngine(port.DeltaEngine):
         self._require_advance(table, app_transaction)
         view = f"merge_source_{uuid.uuid4().hex}"
         self._frame(source).createOrReplaceTempView(view)
-        statement = f"MERGE INTO {_table_ref(table)} AS t USING {view} AS s ON {on} " + " ".join(
-            _merge_clause(clause) for clause in clauses
+        statement = (
+            f"MERGE INTO {_table_ref(table)} AS t USING {view} AS s ON {on.render('spark')} "
+            + " ".join(_merge_clause(clause) for clause in clauses)
         )
         try:
             with self._session_conf(self._commit_conf(metadata, app_transaction)):
@@ -310,12 +311,14 @@ def _merge_clause(clause: port.MergeClause) -> str:
     if isinstance(clause, port.WhenMatchedUpdate):
         if clause.set is None:
             return f"WHEN MATCHED{when} THEN UPDATE SET *"
-        assignments = ", ".join(f"{identifier(c)} = {e}" for c, e in clause.set.items())
+        assignments = ", ".join(
+            f"{identifier(c)} = {value.render('spark')}" for c, value in clause.set.items()
+        )
         return f"WHEN MATCHED{when} THEN UPDATE SET {assignments}"
     if clause.values is None:
         return f"WHEN NOT MATCHED{when} THEN INSERT *"
     columns = ", ".join(identifier(c) for c in clause.values)
-    values = ", ".join(clause.values.values())
+    values = ", ".join(value.render("spark") for value in clause.values.values())
     return f"WHEN NOT MATCHED{when} THEN INSERT ({columns}) VALUES ({values})"
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from resources.lakehouse.predicates import Predicate, Value
+from resources.lakehouse.predicates import Assignment, Predicate, Value
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -147,23 +147,25 @@ class AppTransaction:
 
 @dataclass(frozen=True)
 class WhenMatchedUpdate:
-    """Update matched rows; `set` maps target column -> source expression (None: all)."""
+    """Update matched rows; `set` maps target column -> its new value (None: every
+    column from the source)."""
 
-    condition: Predicate | str | None = None
-    set: Mapping[str, str] | None = None
+    condition: Predicate | None = None
+    set: Mapping[str, Assignment] | None = None
 
 
 @dataclass(frozen=True)
 class WhenMatchedDelete:
-    condition: Predicate | str | None = None
+    condition: Predicate | None = None
 
 
 @dataclass(frozen=True)
 class WhenNotMatchedInsert:
-    """Insert unmatched source rows; `values` maps column -> source expression (None: all)."""
+    """Insert unmatched source rows; `values` maps column -> its value (None: every
+    column from the source)."""
 
-    condition: Predicate | str | None = None
-    values: Mapping[str, str] | None = None
+    condition: Predicate | None = None
+    values: Mapping[str, Assignment] | None = None
 
 
 def require_advance(
@@ -175,7 +177,8 @@ def require_advance(
 
 
 MergeClause = WhenMatchedUpdate | WhenMatchedDelete | WhenNotMatchedInsert
-"""Clauses apply in the order given; in conditions, `t` is the target and `s` the source."""
+"""Clauses apply in the order given; in conditions, `t` is the target and `s` the source
+(resources/lakehouse/predicates.py builds them)."""
 
 
 # Engines report metrics under their own names; these map them to ours.
@@ -329,7 +332,7 @@ class DeltaEngine(ABC):
         table: str,
         source: Data,
         *,
-        on: str,
+        on: Predicate,
         clauses: Sequence[MergeClause],
         metadata: Mapping[str, Any],
         app_transaction: AppTransaction | None,

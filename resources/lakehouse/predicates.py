@@ -1,7 +1,8 @@
 """Predicates built from data values, rendered for each engine's SQL dialect.
 
-Every predicate the platform sends to Delta (replaceWhere, DELETE, read filters, MERGE
-clause conditions that involve data) is built here, so quoting lives in one place. A
+Every predicate the platform sends to Delta (replaceWhere, DELETE, read filters, a MERGE's
+join and its clauses' conditions and assignments) is built here, so quoting lives in one
+place and pattern code writes no SQL. A
 subject key or file name containing a quote, a backslash or SQL must never break or widen
 a predicate: values are always rendered as typed literals, and column names must be plain
 identifiers.
@@ -159,9 +160,99 @@ def any_of(predicates: Iterable[Predicate]) -> Predicate:
     return Or(tuple(predicates))
 
 
-def render(condition: Predicate | str | None, dialect: Dialect) -> str | None:
-    """Render a predicate; plain strings pass through and must hold no data values
-    (they are for column-to-column conditions such as `t.id = s.id`)."""
-    if condition is None or isinstance(condition, str):
+def render(condition: Predicate | None, dialect: Dialect) -> str | None:
+    return None if condition is None else condition.render(dialect)
+
+
+# -- MERGE: `t` is the target, `s` the source -----------------------------------------
+
+
+@dataclass(frozen=True)
+class Matches(Predicate):
+    """Target and source rows agree on every one of `keys` (`t.k = s.k AND ...`): a
+    MERGE's join."""
+
+    keys: tuple[str, ...]
+
+    def render(self, dialect: Dialect) -> str:
+        if not self.keys:
+            raise PredicateError("a MERGE joins on at least one key")
+        return " AND ".join(f"t.{identifier(k)} = s.{identifier(k)}" for k in self.keys)
+
+    def columns(self) -> frozenset[str]:
+        return frozenset(f"{side}.{k}" for k in self.keys for side in "ts")
+
+
+def matches(*keys: str) -> Predicate:
+    return Matches(keys)
+
+
+@dataclass(frozen=True)
+class IsTrue(Predicate):
+    """A boolean column, e.g. `IsTrue("s.is_deleted")`."""
+
+    column: str
+
+    def render(self, dialect: Dialect) -> str:
+        return identifier(self.column)
+
+    def columns(self) -> frozenset[str]:
+        return frozenset((self.column,))
+
+
+@dataclass(frozen=True)
+class Not(Predicate):
+    part: Predicate
+
+    def render(self, dialect: Dialect) -> str:
+        return f"NOT ({self.part.render(dialect)})"
+
+    def columns(self) -> frozenset[str]:
+        return self.part.columns()
+
+
+@dataclass(frozen=True)
+class SortsAfter(Predicate):
+    """The source row comes after the target row in the lexicographic order of `order`
+    (`s.a > t.a OR (s.a = t.a AND (s.b > t.b OR ...))`)."""
+
+    order: tuple[str, ...]
+
+    def render(self, dialect: Dialect) -> str:
+        condition = "FALSE"
+        for column in reversed(self.order):
+            s, t = f"s.{identifier(column)}", f"t.{identifier(column)}"
+            condition = f"({s} > {t} OR ({s} = {t} AND {condition}))"
         return condition
-    return condition.render(dialect)
+
+    def columns(self) -> frozenset[str]:
+        return frozenset(f"{side}.{c}" for c in self.order for side in "ts")
+
+
+@dataclass(frozen=True)
+class SourceColumn:
+    """A MERGE assignment taking the source row's `column`."""
+
+    column: str
+
+    def render(self, dialect: Dialect) -> str:
+        return f"s.{identifier(self.column)}"
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A MERGE assignment of a value, rendered as a typed literal."""
+
+    value: Value
+
+    def render(self, dialect: Dialect) -> str:
+        return sql_literal(self.value, dialect=dialect)
+
+
+Assignment = SourceColumn | Constant | Predicate
+"""A value a MERGE sets: a source column, a constant, or a boolean condition."""
+
+
+def from_source(columns: Iterable[str]) -> dict[str, Assignment]:
+    """Each of `columns` set from the source column of the same name."""
+    return {column: SourceColumn(column) for column in columns}

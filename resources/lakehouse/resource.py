@@ -358,7 +358,7 @@ class Lakehouse(dg.ConfigurableResource):
         table: str,
         source: port.Data,
         *,
-        on: str,
+        on: Predicate,
         clauses: Sequence[port.MergeClause],
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None = None,

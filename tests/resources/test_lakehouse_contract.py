@@ -20,7 +20,20 @@ from resources.lakehouse import (
     WhenNotMatchedInsert,
 )
 from resources.lakehouse.delta_rs import DeltaRsEngine
-from resources.lakehouse.predicates import And, Compare, Or, between, eq, is_in
+from resources.lakehouse.predicates import (
+    And,
+    Compare,
+    Constant,
+    IsTrue,
+    Not,
+    Or,
+    SortsAfter,
+    between,
+    eq,
+    from_source,
+    is_in,
+    matches,
+)
 
 META = {"dagster_run_id": "test-run", "asset_key": "t", "partition_key": None}
 
@@ -182,6 +195,61 @@ def test_table_facts_are_the_schema_and_counts_of_one_snapshot(lake):
     assert lake.table_facts("t").selected_rows is None
 
 
+def test_typed_merge_conditions_and_assignments_mean_the_same_on_both_engines(lake):
+    """The join pinned to a slice of the target, a lexicographic newer-wins, a comparison
+    with a quoted value, constants (a quote and a backslash among them) and a boolean
+    expression as a value, all rendered by the engine."""
+    table = pa.table(
+        {
+            "k": ["a", "b", "c", "z"],
+            "day": pa.array([dt.date(2024, 1, d) for d in (1, 1, 1, 2)], pa.date32()),
+            "v": pa.array([1, 5, 1, 1], pa.int64()),
+            "tie": pa.array([1, 1, 1, 1], pa.int64()),
+            "state": ["it's open", "it's open", "it's done", "it's open"],
+            "flag": [True, True, True, True],
+        }
+    )
+    lake.append("m", table, metadata=META)
+    source = pa.table(
+        {
+            "k": ["a", "b", "c", "z", "n"],
+            "day": pa.array([dt.date(2024, 1, d) for d in (1, 1, 1, 2, 1)], pa.date32()),
+            "v": pa.array([1, 4, 9, 9, 7], pa.int64()),
+            "tie": pa.array([2, 9, 2, 2, 0], pa.int64()),
+            "state": ["s", "s", "s", "s", "new"],
+            "flag": [False, False, False, False, True],
+        }
+    )
+    lake.merge(
+        "m",
+        source,
+        # "z" lies outside the pinned day: it is not matched, and not inserted either.
+        on=eq("t.day", dt.date(2024, 1, 1)) & matches("k", "day"),
+        clauses=[
+            WhenMatchedUpdate(
+                condition=SortsAfter(("v", "tie")) & Compare("t.state", "<>", "it's done"),
+                set={
+                    **from_source(["v", "tie"]),
+                    "state": Constant("won't \\ wait"),
+                    "flag": IsTrue("t.flag") & Not(IsTrue("s.flag")),
+                },
+            ),
+            WhenNotMatchedInsert(condition=Compare("s.day", "=", dt.date(2024, 1, 1))),
+        ],
+        metadata=META,
+    )
+    got = {
+        r["k"]: (r["v"], r["tie"], r["state"], r["flag"]) for r in lake.read_arrow("m").to_pylist()
+    }
+    assert got == {
+        "a": (1, 2, "won't \\ wait", True),  # a newer tie-breaker wins
+        "b": (5, 1, "it's open", True),  # an older version loses
+        "c": (1, 1, "it's done", True),  # the condition on the target's state holds it
+        "z": (1, 1, "it's open", True),
+        "n": (7, 0, "new", True),
+    }
+
+
 def test_merge_applies_conditional_clauses_in_order(lake):
     lake.append("t", devices([("a", 1, "x"), ("b", 1, "y"), ("c", 1, "z")]), metadata=META)
     source = pa.table(
@@ -195,13 +263,12 @@ def test_merge_applies_conditional_clauses_in_order(lake):
     result = lake.merge(
         "t",
         source,
-        on="t.device = s.device",
+        on=matches("device"),
         clauses=[
-            WhenMatchedDelete(condition="s.deleted"),
-            WhenMatchedUpdate(set={"name": "s.name"}),
+            WhenMatchedDelete(condition=IsTrue("s.deleted")),
+            WhenMatchedUpdate(set=from_source(["name"])),
             WhenNotMatchedInsert(
-                condition="NOT s.deleted",
-                values={"device": "s.device", "day": "s.day", "name": "s.name"},
+                condition=Not(IsTrue("s.deleted")), values=from_source(["device", "day", "name"])
             ),
         ],
         metadata=META,
@@ -293,7 +360,7 @@ def test_a_stale_writer_is_refused_and_writes_nothing(lake):
         lake.merge(
             "t",
             devices([("a", 1, "stale")]),
-            on="t.device = s.device",
+            on=matches("device"),
             clauses=[WhenMatchedUpdate()],
             metadata=META,
             app_transaction=AppTransaction("s", 2),

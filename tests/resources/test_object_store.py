@@ -20,7 +20,7 @@ from resources.lakehouse import (
     WhenMatchedUpdate,
     WhenNotMatchedInsert,
 )
-from resources.lakehouse.predicates import eq
+from resources.lakehouse.predicates import eq, matches
 
 META = {"dagster_run_id": "s3-test", "asset_key": "t", "partition_key": None}
 
@@ -46,7 +46,7 @@ def test_the_port_round_trips_on_the_object_store(s3_lakehouse: Lakehouse):
     merged = lake.merge(
         "t",
         days([(2, "B2"), (3, "c")]),
-        on="t.day = s.day",
+        on=matches("day"),
         clauses=[WhenMatchedUpdate(), WhenNotMatchedInsert()],
         metadata={**META, "source_digest": "abc"},
         app_transaction=AppTransaction("loader", 1),

@@ -17,7 +17,17 @@ import pyarrow as pa
 
 from resources import Lakehouse
 from resources.lakehouse import WhenMatchedUpdate, WhenNotMatchedInsert
-from resources.lakehouse.predicates import And, is_in
+from resources.lakehouse.predicates import (
+    And,
+    Compare,
+    Constant,
+    IsTrue,
+    Not,
+    eq,
+    from_source,
+    is_in,
+    matches,
+)
 
 LOAD_MANIFEST = "load_manifest"
 NEW, PROCESSED, LOADED = "NEW", "PROCESSED", "LOADED"
@@ -113,7 +123,7 @@ def add(lakehouse: Lakehouse, run_ids: Sequence[str], *, by: str, metadata: dict
     lakehouse.merge(
         LOAD_MANIFEST,
         new,
-        on="t.run_id = s.run_id",
+        on=matches("run_id"),
         clauses=[WhenNotMatchedInsert()],
         metadata=metadata,
     )
@@ -146,11 +156,11 @@ def flag_to_skip(
     lakehouse.merge(
         LOAD_MANIFEST,
         row,
-        on="t.run_id = s.run_id",
+        on=matches("run_id"),
         clauses=[
             WhenMatchedUpdate(
-                condition=f"t.state <> '{LOADED}'",
-                set={"to_skip": "s.to_skip", "skip_reason": "s.skip_reason"},
+                condition=Compare("t.state", "<>", LOADED),
+                set=from_source(("to_skip", "skip_reason")),
             ),
             WhenNotMatchedInsert(),
         ],
@@ -193,22 +203,15 @@ def mark_processed(
     lakehouse.merge(
         LOAD_MANIFEST,
         moved,
-        on="t.run_id = s.run_id",
+        on=matches("run_id"),
         clauses=[
             WhenMatchedUpdate(
-                condition=f"t.state = '{NEW}' AND NOT t.to_skip",
+                condition=eq("t.state", NEW) & Not(IsTrue("t.to_skip")),
                 set={
-                    "state": f"'{PROCESSED}'",
-                    **{
-                        c: f"s.{c}"
-                        for c in (
-                            "processed_at",
-                            "processed_by",
-                            "event_types",
-                            "events",
-                            "stage_path",
-                        )
-                    },
+                    "state": Constant(PROCESSED),
+                    **from_source(
+                        ("processed_at", "processed_by", "event_types", "events", "stage_path")
+                    ),
                 },
             )
         ],
@@ -222,15 +225,11 @@ def mark_loaded(lakehouse: Lakehouse, run_ids: Sequence[str], *, by: str, metada
     lakehouse.merge(
         LOAD_MANIFEST,
         moved,
-        on="t.run_id = s.run_id",
+        on=matches("run_id"),
         clauses=[
             WhenMatchedUpdate(
-                condition=f"t.state = '{PROCESSED}' AND NOT t.to_skip",
-                set={
-                    "state": f"'{LOADED}'",
-                    "loaded_at": "s.loaded_at",
-                    "loaded_by": "s.loaded_by",
-                },
+                condition=eq("t.state", PROCESSED) & Not(IsTrue("t.to_skip")),
+                set={"state": Constant(LOADED), **from_source(("loaded_at", "loaded_by"))},
             )
         ],
         metadata=metadata,
