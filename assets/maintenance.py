@@ -164,8 +164,8 @@ def restore_delta_table(
         lakehouse,
         target.table,
         undone=undone,
-        run_id=context.run_id,
-        note=f"{target.table} restored to version {target.version} by run {context.run_id}",
+        run_id=context.run.run_id,
+        note=f"{target.table} restored to version {target.version} by run {context.run.run_id}",
     )
     metadata = commit_metadata(context, partition_key=partition or None, restored_to=target.version)
     if target.where is None:

@@ -53,7 +53,10 @@ def commit_metadata(
     **facts: Any,
 ) -> dict[str, Any]:
     """Commit metadata for a Delta write made by this run."""
-    metadata: dict[str, Any] = {"dagster_run_id": context.run_id, "partition_key": partition_key}
+    metadata: dict[str, Any] = {
+        "dagster_run_id": context.run.run_id,
+        "partition_key": partition_key,
+    }
     if isinstance(context, dg.AssetExecutionContext):
         metadata["asset_key"] = context.asset_key.to_user_string()
     if sources:

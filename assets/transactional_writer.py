@@ -326,7 +326,7 @@ def register_partitions(
         lakehouse,
         asset_key=context.asset_key.to_user_string(),
         digests={key: _partition_digest(context, files) for key, files in sources.items()},
-        run_id=context.run_id,
+        run_id=context.run.run_id,
         force=_rewrite(context),
     )
     committed = (
@@ -357,7 +357,7 @@ def write_partition_once(
         asset_key=context.asset_key.to_user_string(),
         partition_key=partition_key,
         digest=_partition_digest(context, sources),
-        run_id=context.run_id,
+        run_id=context.run.run_id,
         write=write,
         create_empty=create_empty,
         force=_rewrite(context),

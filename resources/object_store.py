@@ -61,7 +61,7 @@ class ClientConfig(dg.Config):
 
 
 def _options(config: dg.Config) -> dict[str, str]:
-    return {key: str(value) for key, value in config.dict().items() if value is not None}
+    return {key: str(value) for key, value in config.model_dump().items() if value is not None}
 
 
 class S3Storage(dg.Config):

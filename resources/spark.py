@@ -297,7 +297,7 @@ class SparkResource(dg.ConfigurableResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._log = context.log
-        self._run_id = context.run_id
+        self._run_id = context.run.run_id if context.run is not None else None
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         self.forward_jvm_output()

@@ -250,7 +250,7 @@ def _record_conflicts(
     rows = checked.conflicts.select(
         F.lit(first).alias("payment_date"),
         "*",
-        F.lit(context.run_id).alias("dagster_run_id"),
+        F.lit(context.run.run_id).alias("dagster_run_id"),
         F.lit(dt.datetime.now(dt.UTC)).alias("detected_at"),
     )
     where = between("payment_date", first, last)
@@ -380,7 +380,7 @@ class _Ingest:
             try:
                 result = lakehouse.append(
                     PAYMENTS,
-                    _stored_rows(checked.new, context.run_id),
+                    _stored_rows(checked.new, context.run.run_id),
                     metadata=metadata,
                     app_transaction=AppTransaction(WRITER_APP_ID, (writer or 0) + 1),
                 )
@@ -420,7 +420,7 @@ class _OnePass:
         if not self.checked.conflict_keys:
             _record_conflicts(context, lakehouse, (days[0], days[-1]), self.checked)
             self.parts = lakehouse.staged_parts(
-                _stored_rows(self.checked.new, context.run_id), "payment_date"
+                _stored_rows(self.checked.new, context.run.run_id), "payment_date"
             )
 
     @property

@@ -625,7 +625,7 @@ def build(
         result, retired = publish(
             lakehouse,
             rebuilt,
-            run_id=context.run_id,
+            run_id=context.run.run_id,
             partition_key=span,
             metadata=commit_metadata(context, partition_key=span),
         )

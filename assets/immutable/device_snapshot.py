@@ -65,7 +65,7 @@ def device_snapshot(
     `device_snapshot_manifest` switched to it in one commit. Read it with
     `read_device_snapshot` or the Spark SQL view `device_snapshot`; point back at an
     earlier snapshot with the `point_device_snapshot` job."""
-    table = snapshot_table(context.run_id)
+    table = snapshot_table(context.run.run_id)
     metadata = commit_metadata(context, partition_key=None)
     entries = manifest_entries(lakehouse)
     if lakehouse.exists(table):
@@ -85,7 +85,7 @@ def device_snapshot(
         )
     now = dt.datetime.now(dt.UTC)
     new = SnapshotEntry(
-        table, context.run_id, source_version, lakehouse.count(table), now, "kept", now
+        table, context.run.run_id, source_version, lakehouse.count(table), now, "kept", now
     )
     entries = [e for e in entries if e.snapshot != table] + [new]
     entries = point_at(entries, table, now=now)
@@ -132,7 +132,7 @@ def point_device_snapshot_op(
             asset_key=device_snapshot.key,
             metadata={
                 **_snapshot_metadata(lakehouse, current, result.version),
-                "pointed_back_by": context.run_id,
+                "pointed_back_by": context.run.run_id,
             },
         )
     )

@@ -75,7 +75,7 @@ def visits_daily(
                 parsed.rows,
                 days_read,
                 seen_at=dt.datetime.now(dt.UTC),
-                run_id=context.run_id,
+                run_id=context.run.run_id,
                 metadata=commit_metadata(context, partition_key=run_span(keys)),
             )
 

@@ -62,7 +62,7 @@ def _record(
         [
             Event(
                 now,
-                context.run_id,
+                context.run.run_id,
                 state.subject_key,
                 state.source,
                 action,
@@ -92,7 +92,7 @@ def blacklist_file(
                 "subject_key": state.subject_key,
                 "reason": config.reason or "blacklisted by an operator",
                 "requested_at": dt.datetime.now(dt.UTC),
-                "dagster_run_id": context.run_id,
+                "dagster_run_id": context.run.run_id,
             }
         ],
         schema=control.BLACKLIST_SCHEMA,
@@ -140,7 +140,7 @@ def release_quarantined(
             "source": [q.source for q in held],
             "content_hash": [q.content_hash for q in held],
             "released_at": pa.array([dt.datetime.now(dt.UTC)] * len(held), control.UTC_TS),
-            "released_by_run": [context.run_id] * len(held),
+            "released_by_run": [context.run.run_id] * len(held),
         }
     )
     lakehouse.merge(

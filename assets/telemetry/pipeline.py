@@ -91,7 +91,7 @@ def telemetry_raw(
             landing=landing,
             settings=telemetry,
             subject_key=subject,
-            run_id=context.run_id,
+            run_id=context.run.run_id,
             commit_metadata=_metadata(context),
             now=dt.datetime.now(dt.UTC),
         ).run()

@@ -62,7 +62,7 @@ def shredded_events(
     run_ids = sorted(context.partition_keys)
     metadata = commit_metadata(context, partition_key=_partition(context))
     result = shred(
-        spark.session(), lakehouse, landing, run_ids, by=context.run_id, metadata=metadata
+        spark.session(), lakehouse, landing, run_ids, by=context.run.run_id, metadata=metadata
     )
     if result.ignored_files:
         context.log.warning(
@@ -110,7 +110,7 @@ def warehouse_events(
         lakehouse,
         run_ids,
         manifest_settings.event_tables,
-        by=context.run_id,
+        by=context.run.run_id,
         metadata=metadata,
     )
     problems = [f"run {run_id}: {why}" for run_id, why in sorted(result.refused.items())]
@@ -164,7 +164,7 @@ def flag_enriched_run(
         lakehouse,
         config.run_id,
         reason=config.reason,
-        by=context.run_id,
+        by=context.run.run_id,
         metadata=commit_metadata(context, partition_key=config.run_id, reason=config.reason),
     )
     context.log.info(f"run {row.run_id} ({row.state}) is flagged to_skip: {config.reason}")
