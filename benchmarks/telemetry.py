@@ -147,7 +147,7 @@ def renotify(root: Path) -> dict[str, float]:
     for f in files:
         write(landing.root, f.path, f.content)
     with dg.instance_for_test() as instance:
-        resources = {"landing": landing, "lakehouse": lakehouse, "telemetry": SETTINGS}
+        resources = {"landing": landing, "lakehouse": lakehouse, "telemetry_settings": SETTINGS}
 
         def tick(cursor):
             return evaluate_tick(telemetry_files, instance, cursor, resources)
@@ -179,7 +179,11 @@ def steady_state(root: Path) -> dict[str, float]:
     how long that took after the last one."""
     lakehouse, landing = deployment(root)
     home, env = run_environment(root, lakehouse, landing)
-    resources = {"landing": landing, "lakehouse": lakehouse, "telemetry": TelemetrySettings()}
+    resources = {
+        "landing": landing,
+        "lakehouse": lakehouse,
+        "telemetry_settings": TelemetrySettings(),
+    }
     rng = random.Random(4)
     logs = root / "logs"
     logs.mkdir()

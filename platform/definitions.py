@@ -61,7 +61,7 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
         "spark": spark,
         "lakehouse": Lakehouse(root=root, engine=engine, spark=spark, s3=storage),
         "landing": LandingZone(root=_location(env.get("LANDING_ROOT", ".data/landing"))),
-        "telemetry": telemetry.TelemetrySettings(),
+        "telemetry_settings": telemetry.TelemetrySettings(),
         "payments_settings": database.PaymentsSettings(),
         "session_settings": database.SessionSettings(),
         "event_settings": warehouse.EventSettings(),

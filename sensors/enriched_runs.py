@@ -2,14 +2,14 @@
 
 `enriched_run_directories` registers each finished run directory
 (`enriched/run=<id>/` holding the upstream writer's `_SUCCESS`) as a partition of
-`enriched_runs` and requests its `enriched_run` run (run key `enriched:<id>`: a directory
+`enriched_runs` and requests its `enriched_run_job` run (run key `enriched:<id>`: a directory
 is requested once). A directory still being written (no `_SUCCESS`) is not picked up.
 A tick lists the folder names and looks for `_SUCCESS` in unregistered ones only, so it
 stays cheap with thousands of registered directories.
 
 `stuck_enriched_runs` takes up a run left in NEW or PROCESSED (a crash, a failed load)
 for longer than `stuck_after_minutes` with no Dagster run in progress for it: it requests
-`enriched_run` again, whose steps recover (see `assets/warehouse/manifest/shredder.py`).
+`enriched_run_job` again, whose steps recover (see `assets/warehouse/manifest/shredder.py`).
 The run key names the state and when the run entered it, so each stuck state is retried
 once by the sensor; a second failure waits for a person.
 """
@@ -37,7 +37,7 @@ MAX_LOGGED = 20
     job=enriched_run_job,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Registers each enriched/run=YYYY-MM-DD-HH-MM-SS/ directory once it holds "
-    "_SUCCESS (a dynamic partition of enriched_runs) and requests its `enriched_run` run "
+    "_SUCCESS (a dynamic partition of enriched_runs) and requests its `enriched_run_job` run "
     "(run key enriched:<id>). Directories still being written are left alone.",
 )
 def enriched_run_directories(
@@ -78,7 +78,7 @@ def _in_progress(instance: dg.DagsterInstance, run_id: str) -> bool:
     job=enriched_run_job,
     minimum_interval_seconds=300,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Requests `enriched_run` again, once per stuck state, for load-manifest runs "
+    description="Requests `enriched_run_job` again, once per stuck state, for load-manifest runs "
     "left in NEW or PROCESSED longer than stuck_after_minutes with no run in progress.",
 )
 def stuck_enriched_runs(

@@ -1,5 +1,5 @@
 """Event batches: registers each landed `events/<batch_id>.jsonl` as a partition of
-`event_batches` and requests its `event_batch` run. Run keys are the batch's content
+`event_batches` and requests its `event_batch_job` run. Run keys are the batch's content
 digest, so a re-notified unchanged batch launches nothing and a changed one runs again.
 Only files whose size or mtime moved are hashed (`sensors/file_state.py`)."""
 
@@ -25,7 +25,7 @@ def batch_id_of(path: str) -> str | None:
 @file_sensor(
     job=event_batch_job,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Requests an `event_batch` run (stage, audit, publish to user_events) for "
+    description="Requests an `event_batch_job` run (stage, audit, publish to user_events) for "
     "every new or changed events/batch=<id>.jsonl file; run keys carry its digest.",
 )
 def event_batch_files(

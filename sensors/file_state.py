@@ -42,7 +42,7 @@ SCHEMA = pa.schema(
 
 
 @dataclass(frozen=True)
-class FileState:
+class SeenFiles:
     """A sensor's files as of one tick: fingerprints by path, and labels by path."""
 
     fingerprints: Mapping[str, Fingerprint]
@@ -54,7 +54,7 @@ class FileState:
         return dict(self.fingerprints) == dict(fingerprints) and dict(self.labels) == dict(labels)
 
 
-EMPTY = FileState({}, {}, None)
+EMPTY = SeenFiles({}, {}, None)
 
 
 def cursor_of(version: int | None, files: int) -> str | None:
@@ -65,14 +65,14 @@ def cursor_of(version: int | None, files: int) -> str | None:
 
 def load(
     lakehouse: Lakehouse, sensor: str, cursor: str | None, log: logging.Logger | None = None
-) -> FileState:
+) -> SeenFiles:
     """The state the sensor's last stored tick left."""
     if not cursor:
         return EMPTY
     pointer = json.loads(cursor)
     if "state_version" not in pointer:
         # A cursor from before this table: the fingerprints themselves, by path.
-        return FileState(
+        return SeenFiles(
             {p: Fingerprint(p, *values[:3]) for p, values in pointer.items()},
             {p: values[3] for p, values in pointer.items() if len(values) > 3},
             None,
@@ -95,13 +95,13 @@ def load(
         fingerprints[path] = Fingerprint(path, row["size"], row["mtime_ns"], row["sha256"])
         if row["label"] is not None:
             labels[path] = row["label"]
-    return FileState(fingerprints, labels, version)
+    return SeenFiles(fingerprints, labels, version)
 
 
 def store(
     lakehouse: Lakehouse,
     sensor: str,
-    previous: FileState,
+    previous: SeenFiles,
     fingerprints: Mapping[str, Fingerprint],
     labels: Mapping[str, str] | None = None,
 ) -> str | None:

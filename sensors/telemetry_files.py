@@ -29,7 +29,7 @@ from sensors.cadence import file_sensor
 @file_sensor(
     job=telemetry_job,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Requests a `telemetry_subject` run for every subject (telemetry/<subject>/) "
+    description="Requests a `telemetry_job` run for every subject (telemetry/<subject>/) "
     "with new, changed, retried, released, blacklisted or re-ingest-requested files, and "
     "registers new subjects as partitions. One run per subject at a time (instance limit).",
 )
@@ -37,7 +37,7 @@ def telemetry_files(
     context: dg.SensorEvaluationContext,
     landing: LandingZone,
     lakehouse: Lakehouse,
-    telemetry: TelemetrySettings,
+    telemetry_settings: TelemetrySettings,
 ) -> dg.SensorResult:
     state = file_state.load(lakehouse, telemetry_files.name, context.cursor, context.log)
     previous, previous_subjects = state.fingerprints, state.labels
@@ -54,7 +54,7 @@ def telemetry_files(
             previous_subjects.get(stat.path)
             if known is not None and known.sha256 == fingerprint.sha256
             else None
-        ) or subject_of(stat.path, telemetry, lambda p=stat.path: landing.head(p))
+        ) or subject_of(stat.path, telemetry_settings, lambda p=stat.path: landing.head(p))
         if subject is not None:
             subject_by_path[stat.path] = subject
         else:
@@ -62,7 +62,7 @@ def telemetry_files(
     if unplaced:
         context.log.warning(
             f"ignoring {len(unplaced)} report file(s) that name no subject under the "
-            f"{telemetry.subject_rule!r} rule (the folder rule's layout is "
+            f"{telemetry_settings.subject_rule!r} rule (the folder rule's layout is "
             f"{LANDING_PREFIX}/<subject>/<file>{REPORT_SUFFIX}): {', '.join(unplaced[:20])}"
         )
 

@@ -36,11 +36,11 @@ from resources.landing import Fingerprint, sources_digest
 from sensors import file_state
 from sensors.cadence import file_sensor
 
-VISITS_DAILY = dg.AssetKey("visits_daily")
-VISITS_WEEKLY = dg.AssetKey("visits_weekly")
-JOB_FOR_ASSET = {VISITS_DAILY: visits_daily_job.name, VISITS_WEEKLY: visits_weekly_job.name}
-PARTITIONS = {VISITS_DAILY: daily_partitions, VISITS_WEEKLY: weekly_partitions}
-STEP = {VISITS_DAILY: dt.timedelta(days=1), VISITS_WEEKLY: dt.timedelta(weeks=1)}
+VISITS_DAILY_KEY = dg.AssetKey("visits_daily")
+VISITS_WEEKLY_KEY = dg.AssetKey("visits_weekly")
+JOB_FOR_ASSET = {VISITS_DAILY_KEY: visits_daily_job.name, VISITS_WEEKLY_KEY: visits_weekly_job.name}
+PARTITIONS = {VISITS_DAILY_KEY: daily_partitions, VISITS_WEEKLY_KEY: weekly_partitions}
+STEP = {VISITS_DAILY_KEY: dt.timedelta(days=1), VISITS_WEEKLY_KEY: dt.timedelta(weeks=1)}
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def partitions_of(path: str) -> list[tuple[dg.AssetKey, str]]:
     day = day_of_file(path)
     if day is None:
         return []
-    return [(VISITS_DAILY, day.isoformat()), (VISITS_WEEKLY, week_start(day).isoformat())]
+    return [(VISITS_DAILY_KEY, day.isoformat()), (VISITS_WEEKLY_KEY, week_start(day).isoformat())]
 
 
 def dirty_partitions(

@@ -1,5 +1,5 @@
 """A shredder-and-loader process for the load manifest's crash tests (run as a script by
-the tests): it shreds and loads run directories as `enriched_run` does and SIGKILLs its
+the tests): it shreds and loads run directories as `enriched_run_job` does and SIGKILLs its
 own process group (its JVM with it) once the named step is durable."""
 
 from __future__ import annotations

@@ -110,19 +110,19 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
         "vacuum_table",
         "compact_tables",
         "point_device_snapshot",
-        "telemetry_subject",
+        "telemetry_job",
         "blacklist_telemetry_file",
         "reingest_telemetry_file",
         "release_quarantined_file",
-        "event_batch",
-        "enriched_run",
+        "event_batch_job",
+        "enriched_run_job",
         "skip_enriched_run",
     } <= jobs
     # A refusal of bad input or of a configuration is not retried by the instance; a dead
     # run process is.
     for name in (
-        "enriched_run",
-        "event_batch",
+        "enriched_run_job",
+        "event_batch_job",
         "skip_enriched_run",
         "restore_table",
         "vacuum_table",

@@ -68,7 +68,7 @@ PAYMENTS_SCHEMA = pa.schema(
 
 
 class PaymentsSettings(dg.ConfigurableResource):
-    """How replays of `payments` are judged (resource `payments`)."""
+    """How replays of `payments` are judged (resource `payments_settings`)."""
 
     mutable_columns: list[str] = []
     """Payload columns a replay may change without a conflict (the stored value stays):

@@ -49,6 +49,7 @@ from resources.lakehouse import (
     WhenMatchedUpdate,
     WhenNotMatchedInsert,
 )
+from resources.lakehouse.frames import frame_from_arrow
 from resources.lakehouse.predicates import (
     And,
     Compare,
@@ -65,18 +66,6 @@ from resources.lakehouse.predicates import (
 
 USER_SESSIONS = "user_sessions"
 RETIRED = "user_sessions_retired"
-SESSION_COLUMNS = (
-    "session_id",
-    "user_id",
-    "session_start",
-    "session_end",
-    "visits",
-    "first_ingested_at",
-    "first_ingested_visit",
-    "session_date",
-    "dagster_run_id",
-    "updated_at",
-)
 SESSIONS_SCHEMA = pa.schema(
     [
         pa.field("session_id", pa.string()),
@@ -91,6 +80,7 @@ SESSIONS_SCHEMA = pa.schema(
         pa.field("updated_at", pa.timestamp("us", tz="UTC")),
     ]
 )
+SESSION_COLUMNS = tuple(SESSIONS_SCHEMA.names)
 RETIRED_SCHEMA = pa.schema(
     [
         pa.field("session_id", pa.string()),
@@ -101,10 +91,7 @@ RETIRED_SCHEMA = pa.schema(
         pa.field("partition_key", pa.string()),
     ]
 )
-STORED_COLUMNS = (
-    "session_id string, user_id string, session_start timestamp, session_end timestamp, "
-    "session_date date"
-)
+STORED_COLUMNS = ["session_id", "user_id", "session_start", "session_end", "session_date"]
 """What a rebuild reads of the stored sessions."""
 MAX_WIDENINGS = 20
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -205,12 +192,12 @@ def _read_of(
 def _overlapping(lakehouse: Lakehouse, window: TimeWindow, users: Users) -> DataFrame:
     """Stored sessions of `users` that come within the window."""
     if not lakehouse.exists(USER_SESSIONS):
-        return lakehouse.spark.session().createDataFrame([], STORED_COLUMNS)
+        empty = SESSIONS_SCHEMA.empty_table().select(STORED_COLUMNS)
+        return frame_from_arrow(lakehouse.spark.session(), empty)
     near = And(
         (Compare("session_end", ">=", window.start), Compare("session_start", "<=", window.end))
     )
-    columns = [c.split()[0] for c in STORED_COLUMNS.split(", ")]
-    return _read_of(lakehouse, USER_SESSIONS, near, columns, users)
+    return _read_of(lakehouse, USER_SESSIONS, near, STORED_COLUMNS, users)
 
 
 def _visits_within(lakehouse: Lakehouse, window: TimeWindow, users: Users) -> DataFrame:

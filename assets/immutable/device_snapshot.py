@@ -7,7 +7,7 @@ import dagster as dg
 from pydantic import Field
 
 from assets.immutable.proxy import (
-    MANIFEST,
+    SNAPSHOT_MANIFEST,
     SnapshotEntry,
     current_snapshot,
     drop_retired,
@@ -51,7 +51,7 @@ def _snapshot_metadata(lakehouse: Lakehouse, entry: SnapshotEntry, manifest_vers
         "rows": dg.MetadataValue.int(entry.rows),
         # Readers see the snapshot: its schema and rows are the asset's.
         **standard_table_metadata(lakehouse, entry.snapshot),
-        TABLE_NAME: MANIFEST,
+        TABLE_NAME: SNAPSHOT_MANIFEST,
         DELTA_VERSION: dg.MetadataValue.int(manifest_version),
     }
 

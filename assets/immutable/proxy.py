@@ -34,10 +34,10 @@ from pyspark.sql import DataFrame, SparkSession
 from resources.lakehouse import CommitResult, Lakehouse
 
 SNAPSHOTS = "device_snapshot"
-MANIFEST = "device_snapshot_manifest"
+SNAPSHOT_MANIFEST = "device_snapshot_manifest"
 VIEW = "device_snapshot"
 Status = Literal["current", "kept", "retired"]
-MANIFEST_SCHEMA = pa.schema(
+SNAPSHOT_MANIFEST_SCHEMA = pa.schema(
     [
         pa.field("snapshot", pa.string(), nullable=False),
         pa.field("run_id", pa.string(), nullable=False),
@@ -96,9 +96,9 @@ def write_once(
 
 
 def manifest_entries(lakehouse: Lakehouse) -> list[SnapshotEntry]:
-    if not lakehouse.exists(MANIFEST):
+    if not lakehouse.exists(SNAPSHOT_MANIFEST):
         return []
-    rows = lakehouse.read_arrow(MANIFEST).to_pylist()
+    rows = lakehouse.read_arrow(SNAPSHOT_MANIFEST).to_pylist()
     return sorted((SnapshotEntry(**row) for row in rows), key=lambda e: e.created_at)
 
 
@@ -117,7 +117,7 @@ def point_at(
     """The manifest with `snapshot` current and the previously current one kept."""
     target = next((e for e in entries if e.snapshot == snapshot), None)
     if target is None:
-        raise SnapshotError(f"{snapshot!r} is not a snapshot in {MANIFEST}")
+        raise SnapshotError(f"{snapshot!r} is not a snapshot in {SNAPSHOT_MANIFEST}")
     if target.status == "retired":
         raise SnapshotError(f"{snapshot!r} was retired on {target.status_since:%Y-%m-%d %H:%M}")
     return [
@@ -150,8 +150,8 @@ def write_manifest(
     lakehouse: Lakehouse, entries: Sequence[SnapshotEntry], *, metadata: Mapping[str, Any]
 ) -> CommitResult:
     """Replace the whole manifest in one commit: readers switch atomically."""
-    rows = pa.Table.from_pylist([vars(e) for e in entries], schema=MANIFEST_SCHEMA)
-    return lakehouse.overwrite(MANIFEST, rows, metadata=metadata)
+    rows = pa.Table.from_pylist([vars(e) for e in entries], schema=SNAPSHOT_MANIFEST_SCHEMA)
+    return lakehouse.overwrite(SNAPSHOT_MANIFEST, rows, metadata=metadata)
 
 
 def drop_retired(lakehouse: Lakehouse, entries: Sequence[SnapshotEntry]) -> list[str]:
@@ -163,7 +163,9 @@ def read_device_snapshot(lakehouse: Lakehouse) -> DataFrame:
     """The current snapshot, as a Spark DataFrame (through the proxy)."""
     current = current_snapshot(manifest_entries(lakehouse))
     if current is None:
-        raise SnapshotError(f"{MANIFEST} names no current snapshot: materialize device_snapshot")
+        raise SnapshotError(
+            f"{SNAPSHOT_MANIFEST} names no current snapshot: materialize device_snapshot"
+        )
     return lakehouse.read(current.snapshot)
 
 

@@ -25,10 +25,10 @@ from resources.lakehouse import (
 )
 from resources.lakehouse.predicates import is_in, matches
 
-MANIFEST = "visits_manifest"
+VISITS_MANIFEST = "visits_manifest"
 Status = Literal["active", "retired"]
 
-_MANIFEST_SCHEMA = pa.schema(
+_VISITS_MANIFEST_SCHEMA = pa.schema(
     [
         pa.field("week_start", pa.date32(), nullable=False),
         pa.field("table_name", pa.string(), nullable=False),
@@ -38,7 +38,7 @@ _MANIFEST_SCHEMA = pa.schema(
 )
 # Every week's first materialization commits to the manifest, and every run reads it:
 # frequent checkpoints keep that read a checkpoint plus a few commits, whatever the age.
-MANIFEST_PROPERTIES = {"delta.checkpointInterval": "10"}
+VISITS_MANIFEST_PROPERTIES = {"delta.checkpointInterval": "10"}
 EXPOSED_COLUMNS = (*VISIT_COLUMNS, "week_start")
 
 
@@ -59,9 +59,9 @@ def yearly_table(year: int) -> str:
 
 
 def manifest_entries(lakehouse: Lakehouse) -> list[ManifestEntry]:
-    if not lakehouse.exists(MANIFEST):
+    if not lakehouse.exists(VISITS_MANIFEST):
         return []
-    return [ManifestEntry(**row) for row in lakehouse.read_arrow(MANIFEST).to_pylist()]
+    return [ManifestEntry(**row) for row in lakehouse.read_arrow(VISITS_MANIFEST).to_pylist()]
 
 
 def active_tables(entries: Iterable[ManifestEntry]) -> dict[dt.date, str]:
@@ -73,15 +73,15 @@ def upsert_manifest(
     lakehouse: Lakehouse, entries: Sequence[ManifestEntry], *, metadata: Mapping[str, Any]
 ) -> CommitResult:
     """Write `entries` (keyed by week and table) in one commit."""
-    rows = pa.Table.from_pylist([e.__dict__ for e in entries], schema=_MANIFEST_SCHEMA)
-    if not lakehouse.exists(MANIFEST):
+    rows = pa.Table.from_pylist([e.__dict__ for e in entries], schema=_VISITS_MANIFEST_SCHEMA)
+    if not lakehouse.exists(VISITS_MANIFEST):
         # Creating with the first rows; a concurrent creator makes this a commit
         # conflict, and the retry lands in the MERGE path below.
         return lakehouse.append(
-            MANIFEST, rows, metadata=metadata, table_properties=MANIFEST_PROPERTIES
+            VISITS_MANIFEST, rows, metadata=metadata, table_properties=VISITS_MANIFEST_PROPERTIES
         )
     result = lakehouse.merge(
-        MANIFEST,
+        VISITS_MANIFEST,
         rows,
         on=matches("week_start", "table_name"),
         clauses=[WhenMatchedUpdate(), WhenNotMatchedInsert()],
@@ -89,7 +89,7 @@ def upsert_manifest(
     )
     # Each insert-only MERGE adds a small file; every run reads the manifest, so keep it
     # one file rather than let its read cost grow with the number of weeks.
-    lakehouse.compact(MANIFEST, metadata=metadata)
+    lakehouse.compact(VISITS_MANIFEST, metadata=metadata)
     return result
 
 

@@ -16,7 +16,7 @@ from pydantic import Field
 from assets.materialization import commit_metadata
 from assets.overwriting.calendar import iso_year, week_start
 from assets.overwriting.exposition import (
-    MANIFEST,
+    VISITS_MANIFEST,
     ManifestEntry,
     manifest_entries,
     upsert_manifest,
@@ -151,7 +151,7 @@ def purge_retired_tables(
         lakehouse.drop(name)
     if names:
         lakehouse.delete(
-            MANIFEST,
+            VISITS_MANIFEST,
             where=eq("status", "retired") & is_in("table_name", names),
             metadata=metadata,
         )

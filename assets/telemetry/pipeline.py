@@ -73,7 +73,7 @@ def telemetry_raw(
     context: dg.AssetExecutionContext,
     lakehouse: Lakehouse,
     landing: LandingZone,
-    telemetry: TelemetrySettings,
+    telemetry_settings: TelemetrySettings,
 ) -> dg.MaterializeResult:
     """Every ingested row of a tool's report files (`telemetry/<subject>/*.csv`), with its
     source file and line. New files are ingested whole, appended files from just before
@@ -89,7 +89,7 @@ def telemetry_raw(
         report = SubjectIngest(
             lakehouse=lakehouse,
             landing=landing,
-            settings=telemetry,
+            settings=telemetry_settings,
             subject_key=subject,
             run_id=context.run.run_id,
             commit_metadata=_metadata(context),
@@ -261,7 +261,7 @@ def hourly_chart(subject: str, hours: pa.Table) -> dg.MetadataValue:
 
 
 telemetry_job = dg.define_asset_job(
-    "telemetry_subject",
+    "telemetry_job",
     selection=[telemetry_raw, telemetry_running_totals, telemetry_hourly],
     description="All pending work of one subject: ingest, running totals, hourly rollups.",
     # Launched from the launchpad too, a run carries its subject tag, so the instance's

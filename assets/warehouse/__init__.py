@@ -22,7 +22,7 @@ from assets.warehouse.user_events import (
 
 assets = [user_events_staging, user_events, shredded_events, warehouse_events]
 event_batch_job = dg.define_asset_job(
-    "event_batch",
+    "event_batch_job",
     selection=dg.AssetSelection.assets(user_events_staging, user_events),
     description="Stage, audit and publish one event batch (write-audit-publish).",
     tags=NO_RETRY_ON_REFUSAL,

@@ -169,7 +169,7 @@ def run(resources, instance) -> dg.ExecuteInProcessResult:
 def test_bad_telemetry_files_are_recorded_alone(lakehouse, landing, instance, caplog):
     instance.add_dynamic_partitions(subjects.name, [SUBJECT])
     settings = TelemetrySettings(retry_backoff_seconds=0)
-    resources = {"lakehouse": lakehouse, "landing": landing, "telemetry": settings}
+    resources = {"lakehouse": lakehouse, "landing": landing, "telemetry_settings": settings}
     place(landing, {f"telemetry/{SUBJECT}/good.csv": GOOD})
     run(resources, instance)
     before = tables(lakehouse)
@@ -213,7 +213,11 @@ def test_bad_telemetry_files_are_recorded_alone(lakehouse, landing, instance, ca
 
 def test_tolerated_telemetry_files_are_ingested(lakehouse, landing, instance):
     instance.add_dynamic_partitions(subjects.name, [SUBJECT])
-    resources = {"lakehouse": lakehouse, "landing": landing, "telemetry": TelemetrySettings()}
+    resources = {
+        "lakehouse": lakehouse,
+        "landing": landing,
+        "telemetry_settings": TelemetrySettings(),
+    }
     place(landing, {f"telemetry/{SUBJECT}/good.csv": GOOD})
     accepted = [case for case in CASES if isinstance(case.outcome, Accepted)]
     place(landing, folder_paths(accepted))

@@ -167,7 +167,7 @@ PATHS = {
             "telemetry",
             TELEMETRY_ASSETS,
             _telemetry,
-            {"telemetry": TelemetrySettings()},
+            {"telemetry_settings": TelemetrySettings()},
             dynamic=subjects.name,
             spark=False,
         ),

@@ -136,7 +136,7 @@ def warehouse_events(
 
 
 enriched_run_job = dg.define_asset_job(
-    "enriched_run",
+    "enriched_run_job",
     selection=dg.AssetSelection.assets(shredded_events, warehouse_events),
     description="Stage (shred) and load one enriched run directory, through the load manifest.",
     tags=NO_RETRY_ON_REFUSAL,

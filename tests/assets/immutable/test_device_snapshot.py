@@ -10,7 +10,7 @@ import pytest
 
 from assets.immutable import device_snapshot, point_device_snapshot
 from assets.immutable.proxy import (
-    MANIFEST,
+    SNAPSHOT_MANIFEST,
     SnapshotEntry,
     SnapshotError,
     WriteOnceError,
@@ -193,4 +193,4 @@ def test_a_reader_sees_the_old_snapshot_then_the_new_never_a_partial_one(lakehou
     switch = seen.index(len(new))
     assert seen[:switch] and set(seen[:switch]) == {len(old)}
     assert set(seen[switch:]) == {len(new)}
-    assert lakehouse.count(MANIFEST) == 2
+    assert lakehouse.count(SNAPSHOT_MANIFEST) == 2

@@ -12,7 +12,7 @@ from support import day_of_visits, partition_range, visit
 
 from assets.overwriting import freeze_visits_weeks, visits_weekly
 from assets.overwriting.exposition import (
-    MANIFEST,
+    VISITS_MANIFEST,
     active_tables,
     manifest_entries,
     read_visits,
@@ -71,7 +71,7 @@ def test_rerun_is_identical_and_backfill_leaves_other_weeks_at_their_version(
     ] == [(m.isoformat(), weekly_table(m), 0) for m in WEEKS]
     before = exposed(lakehouse, spark)
     versions = {m: lakehouse.version(weekly_table(m)) for m in WEEKS}
-    manifest_version = lakehouse.version(MANIFEST)
+    manifest_version = lakehouse.version(VISITS_MANIFEST)
 
     result = materialize(resources, WEEKS[2])
     assert exposed(lakehouse, spark) == before
@@ -80,7 +80,7 @@ def test_rerun_is_identical_and_backfill_leaves_other_weeks_at_their_version(
         WEEKS[2]: versions[WEEKS[2]] + 1,
     }
     # Re-materializing a registered week does not touch the exposition.
-    assert lakehouse.version(MANIFEST) == manifest_version
+    assert lakehouse.version(VISITS_MANIFEST) == manifest_version
     metadata = result.asset_materializations_for_node("visits_weekly")[0].metadata
     assert metadata["table_name"].value == weekly_table(WEEKS[2])
     assert metadata["delta_operation"].value == "WRITE"

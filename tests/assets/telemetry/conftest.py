@@ -34,7 +34,11 @@ class Deployment:
 
     @property
     def resources(self) -> dict:
-        return {"lakehouse": self.lakehouse, "landing": self.landing, "telemetry": self.settings}
+        return {
+            "lakehouse": self.lakehouse,
+            "landing": self.landing,
+            "telemetry_settings": self.settings,
+        }
 
     def deliver(self, files: Iterable[ReportFile]) -> None:
         for f in files:
