@@ -5,8 +5,9 @@ it: the sensor, a backfill, or a click in the UI.
 """
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import dagster as dg
 import pyarrow as pa
@@ -151,6 +152,27 @@ def telemetry_raw(
     )
 
 
+Reconcile = Callable[
+    [Lakehouse, str, Callable[..., dict[str, Any]], Callable[[str], None]], Reconciled
+]
+
+
+def _reconciled(
+    context: dg.AssetExecutionContext, lakehouse: Lakehouse, table: str, reconcile: Reconcile
+) -> Reconciled:
+    """Bring the subject's rows of the derived `table` up to the raw table, as a phase of
+    the run's progress (redone from the start if another run committed meanwhile)."""
+    with (
+        Progress(context.log, f"{table} {context.partition_key}").phase("reconcile") as phase,
+        redo_if_stale(context),
+    ):
+        result = reconcile(
+            lakehouse, context.partition_key, _metadata(context), context.log.warning
+        )
+        phase.update(result.progress())
+    return result
+
+
 def _derived_result(
     lakehouse: Lakehouse,
     table: str,
@@ -191,16 +213,7 @@ def telemetry_running_totals(
     of the subject's history (ordered by ts, source, line). Data after everything stored
     is seeded from the last totals; late data is repaired from its earliest point on;
     the rest is never recomputed. Records the raw version it reflects."""
-    with (
-        Progress(context.log, f"telemetry_running_totals {context.partition_key}").phase(
-            "reconcile"
-        ) as reconciled,
-        redo_if_stale(context),
-    ):
-        result = reconcile_totals(
-            lakehouse, context.partition_key, _metadata(context), context.log.warning
-        )
-        reconciled.update(result.progress())
+    result = _reconciled(context, lakehouse, control.TOTALS, reconcile_totals)
     return _derived_result(lakehouse, control.TOTALS, result, context.partition_key)
 
 
@@ -215,16 +228,7 @@ def telemetry_hourly(
 ) -> dg.MaterializeResult:
     """Per subject and UTC hour: summed counts and rows. Only hours touched by changed
     files are recomputed."""
-    with (
-        Progress(context.log, f"telemetry_hourly {context.partition_key}").phase(
-            "reconcile"
-        ) as reconciled,
-        redo_if_stale(context),
-    ):
-        result = reconcile_hourly(
-            lakehouse, context.partition_key, _metadata(context), context.log.warning
-        )
-        reconciled.update(result.progress())
+    result = _reconciled(context, lakehouse, control.HOURLY, reconcile_hourly)
     chart = (
         {"hourly_chart": hourly_chart(context.partition_key, result.written)}
         if result.written is not None
