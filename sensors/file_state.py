@@ -71,12 +71,10 @@ def load(
         return EMPTY
     pointer = json.loads(cursor)
     if "state_version" not in pointer:
-        # A cursor from before this table: the fingerprints themselves, by path.
-        return SeenFiles(
-            {p: Fingerprint(p, *values[:3]) for p, values in pointer.items()},
-            {p: values[3] for p, values in pointer.items() if len(values) > 3},
-            None,
-        )
+        # Not a pointer into the table (a cursor reset by hand, or from another version
+        # of the sensor): start from no state. Every file is hashed once more, and the
+        # runs it asks for carry the run keys they had, which Dagster runs once.
+        return EMPTY
     version = pointer["state_version"]
     store = lakehouse.in_process()
     try:

@@ -101,19 +101,17 @@ def test_a_tick_whose_cursor_was_not_stored_asks_for_the_same_runs(tick, land):
     assert tick(retried.cursor).run_requests == []
 
 
-def test_a_cursor_from_before_the_table_is_taken_over(tick, land, landing):
-    """Cursors that held every file's fingerprint (the old format) carry on without
-    re-hashing or re-requesting anything, and become a version pointer."""
+def test_a_cursor_that_points_at_no_state_starts_afresh_and_asks_for_no_new_run(
+    tick, land, landing
+):
+    """A cursor that is not a pointer into the table (reset by hand, or from another
+    version of the sensor) is read as no state: the files are hashed again, and the runs
+    asked for carry the run keys they had, so Dagster launches none of them again."""
     land("b1")
     first = tick(None)
-    [row] = state_rows(landing)
-    old_cursor = json.dumps({row["path"]: [row["size"], row["mtime_ns"], row["sha256"]]})
-    # The table is gone (a deployment from before it): the old cursor alone carries on.
-    sensor_resources(landing)["lakehouse"].drop(file_state.TABLE)
-    result = tick(old_cursor)
-    assert result.run_requests == []
-    assert json.loads(result.cursor) == {"state_version": 0, "files": 1}
-    assert first.run_requests[0].partition_key == "b1"
+    result = tick(json.dumps({"something": "else"}))
+    assert [r.run_key for r in result.run_requests] == [r.run_key for r in first.run_requests]
+    assert json.loads(result.cursor)["files"] == 1
 
 
 def test_a_version_whose_log_was_cleaned_up_falls_back_to_the_latest_state(tick, land, landing):
