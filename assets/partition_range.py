@@ -10,6 +10,7 @@ Restore, the sensors and the checks therefore see no difference between the two.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
@@ -18,6 +19,11 @@ import dagster as dg
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 T = TypeVar("T")
+
+
+def parse_day(key: str) -> dt.date:
+    """The date a daily (or weekly: its Monday) partition key names."""
+    return dt.date.fromisoformat(key)
 
 
 def stretches(items: Iterable[T], follows: Callable[[T, T], bool]) -> list[list[T]]:

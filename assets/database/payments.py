@@ -34,8 +34,7 @@ from assets.database.payments_source import (
     shown,
 )
 from assets.materialization import commit_metadata, materialization_metadata, skipped_metadata
-from assets.overwriting.calendar import parse_day
-from assets.partition_range import SINGLE_RUN, materialize_partitions, run_span
+from assets.partition_range import SINGLE_RUN, materialize_partitions, parse_day, run_span
 from assets.source_files import SourceDataError
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import AppTransaction, CommitResult, StaleWriteError

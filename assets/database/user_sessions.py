@@ -38,10 +38,9 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from assets.materialization import commit_metadata, materialization_metadata, skipped_metadata
-from assets.overwriting.calendar import parse_day
 from assets.overwriting.data_overwrite import VISITS_DAILY, daily_partitions, visits_daily
 from assets.overwriting.visit_first_seen import FIRST_SEEN
-from assets.partition_range import SINGLE_RUN, run_span
+from assets.partition_range import SINGLE_RUN, parse_day, run_span
 from resources import Lakehouse
 from resources.lakehouse import (
     CommitResult,

@@ -16,10 +16,6 @@ DAY_FOLDER_PATTERN = r"^visits/date=(\d{4}-\d{2}-\d{2})/"
 _DAY_FILE = re.compile(DAY_FOLDER_PATTERN + r"[^/]+$")
 
 
-def parse_day(key: str) -> dt.date:
-    return dt.date.fromisoformat(key)
-
-
 def week_start(day: dt.date) -> dt.date:
     """The Monday starting `day`'s week."""
     return day - dt.timedelta(days=day.weekday())

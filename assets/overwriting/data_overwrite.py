@@ -13,10 +13,9 @@ from typing import Any
 import dagster as dg
 
 from assets.materialization import commit_metadata, partition_slice
-from assets.overwriting.calendar import parse_day
 from assets.overwriting.visit_first_seen import record_first_seen
 from assets.overwriting.visits_source import VisitDay, parse_visit_days
-from assets.partition_range import SINGLE_RUN, materialize_partitions, run_span
+from assets.partition_range import SINGLE_RUN, materialize_partitions, parse_day, run_span
 from assets.progress import Progress
 from assets.source_files import SourceDataError
 from assets.transactional_writer import (

@@ -14,7 +14,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from assets.materialization import commit_metadata, materialization_metadata
-from assets.overwriting.calendar import days_of_week, parse_day
+from assets.overwriting.calendar import days_of_week
 from assets.overwriting.exposition import (
     ManifestEntry,
     active_tables,
@@ -24,7 +24,7 @@ from assets.overwriting.exposition import (
     weekly_table,
 )
 from assets.overwriting.visits_source import parse_landed_visits
-from assets.partition_range import SINGLE_RUN, materialize_partitions
+from assets.partition_range import SINGLE_RUN, materialize_partitions, parse_day
 from assets.progress import Progress
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import CommitResult

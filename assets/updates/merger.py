@@ -19,8 +19,7 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from assets.materialization import commit_metadata
-from assets.overwriting.calendar import parse_day
-from assets.partition_range import SINGLE_RUN, materialize_partitions
+from assets.partition_range import SINGLE_RUN, materialize_partitions, parse_day
 from assets.progress import Progress
 from assets.transactional_writer import transactional_metadata, write_partition_once
 from assets.updates.change_files import DEVICE_COLUMNS, parse_device_changes

@@ -28,8 +28,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from assets.materialization import commit_metadata, materialization_metadata
-from assets.overwriting.calendar import parse_day
-from assets.partition_range import SINGLE_RUN, materialize_partitions
+from assets.partition_range import SINGLE_RUN, materialize_partitions, parse_day
 from assets.progress import Progress
 from assets.updates.change_files import CATALOG_COLUMNS, parse_catalog_changes
 from resources import Lakehouse, LandingZone, SparkResource
