@@ -52,7 +52,11 @@ class VisitsWeeklyConfig(dg.Config):
 def replace_week(
     lakehouse: Lakehouse, monday: dt.date, visits: "Data", *, metadata: Mapping[str, Any]
 ) -> CommitResult:
-    """Make `visits` the whole content of week `monday`, wherever the week lives."""
+    """Make `visits` the whole content of week `monday`, wherever the week lives.
+
+    Not through the Transactional Writer: the week is replaced whole from all its files
+    in one commit, so a retry or a rerun writes the same week again and nothing can be
+    applied twice."""
     own_table = weekly_table(monday)
     registered = active_tables(manifest_entries(lakehouse)).get(monday)
     holder = registered

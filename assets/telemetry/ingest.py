@@ -280,6 +280,10 @@ class SubjectIngest:
     # -- acting -------------------------------------------------------------------------
 
     def _next_raw_transaction(self) -> AppTransaction:
+        # Telemetry numbers its own app transactions rather than go through the
+        # Transactional Writer: a subject's input is the changes of its files since the
+        # last run, not a fixed set of files per partition, so each commit to the raw
+        # table takes the subject's next number and a stale run's commit is refused.
         self.raw_sequence += 1
         return AppTransaction(self.app_id, self.raw_sequence)
 

@@ -177,7 +177,12 @@ def merge_day(
     session: SparkSession,
     landing: LandingZone,
 ) -> dict[str, Any]:
-    """Bring the catalog to day `day`'s state (see `plan_day`); its metadata."""
+    """Bring the catalog to day `day`'s state (see `plan_day`); its metadata.
+
+    Not through the Transactional Writer: a day is applied on the version its
+    predecessor left, so its record of being applied is that day-to-version link in
+    `device_catalog_versions`, which `plan_day` reads (a merged day is not merged again,
+    a day rerun after its successors first restores its predecessor's version)."""
     partition_key = day.isoformat()
     progress = Progress(context.log, f"{DEVICE_CATALOG} {partition_key}")
     with progress.phase("read") as read:
