@@ -243,6 +243,7 @@ class Changes:
 
     users: Users
     marks: list[DayMark]
+    """Oldest day first."""
 
 
 def changed_users(lakehouse: Lakehouse, days: Sequence[dt.date]) -> Changes:
@@ -297,7 +298,7 @@ def changed_users(lakehouse: Lakehouse, days: Sequence[dt.date]) -> Changes:
         named.clear()
         marks.clear()
     if not whole:
-        return Changes(sorted(named), marks)
+        return Changes(sorted(named), sorted(marks, key=lambda mark: mark.day))
     return Changes(*_whole_days(lakehouse, sorted(whole), named, marks))
 
 

@@ -151,7 +151,7 @@ def test_a_session_split_off_again_never_takes_back_a_retired_id(
     ],
 )
 def test_sessions_across_midnight_are_whole_whatever_the_order_of_days(
-    resources, lakehouse, write_visits, order
+    resources, lakehouse, write_visits, instance, order
 ):
     evening = [(f"e{h}{m}", "u1", f"{h}:{m}") for h in range(20, 24) for m in ("00", "20", "40")]
     deliver(write_visits, DAY, "a.jsonl", [*evening, ("late", "u2", "23:50")])
@@ -167,6 +167,23 @@ def test_sessions_across_midnight_are_whole_whatever_the_order_of_days(
     for day in order:
         run(resources, day)
     assert tables(lakehouse) == once
+    # Late visits on both days, then the two days as one range: whichever day was built
+    # first, the range rebuilds both, oldest day first.
+    deliver(write_visits, DAY, "late.jsonl", [("m1", "u3", "12:00"), ("m2", "u3", "12:20")])
+    deliver(write_visits, NEXT, "late.jsonl", [("m3", "u3", "12:00")])
+    dg.materialize(
+        [visits_daily, user_sessions],
+        resources={**resources, "session_settings": SessionSettings()},
+        instance=instance,
+        tags=partition_range(DAY, NEXT),
+    )
+    assert sorted(sessions(lakehouse).values()) == [
+        ("u1", "03 20:00", "03 23:40", 12),
+        ("u1", "04 00:30", "04 00:30", 1),
+        ("u2", "03 23:50", "04 00:10", 2),
+        ("u3", "03 12:00", "03 12:20", 2),
+        ("u3", "04 12:00", "04 12:00", 1),
+    ]
 
 
 def test_a_backfilled_range_builds_its_days_in_one_run_as_runs_of_each_day_do(
