@@ -265,12 +265,7 @@ def changed_users(lakehouse: Lakehouse, days: Sequence[dt.date]) -> Changes:
         newer = lakehouse.read_arrow(
             FIRST_SEEN,
             where=any_of(
-                And(
-                    (
-                        eq("event_date", day),
-                        Compare("first_seen_at", ">", _instant(mark.seen_through)),
-                    )
-                )
+                eq("event_date", day) & Compare("first_seen_at", ">", _instant(mark.seen_through))
                 for day, mark in stored.items()
             ),
             columns=["event_date", "user_id", "first_seen_at"],
