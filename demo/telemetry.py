@@ -110,7 +110,7 @@ def run(dagster: Dagster, resources: dict, first_hour: dt.datetime) -> dict[str,
     land_and_settle(dagster, second)
     print("   The sensor's next tick asked for nothing.\n")
 
-    totals = lakehouse.read_arrow(control.TOTALS).to_pylist()
+    totals = control.running_totals(lakehouse).to_pylist()
     exact = True
     print(f"   {'subject':<16} {'rows':>5}  {'cum in/out/mispicks':>22}  expected (summed here)")
     for subject in SUBJECTS:

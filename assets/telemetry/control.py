@@ -1,7 +1,11 @@
 """The telemetry tables and control tables in Delta, and the records they hold.
 
-Data: `telemetry_raw` (rows of every file, with source and line), `telemetry_running_totals`,
-`telemetry_hourly`. Control: `telemetry_file_state` (one row per file: identity, what of it
+Data: `telemetry_raw` (rows of every file, with source and line), `telemetry_hourly`, and
+`telemetry_running_totals`: a view (`running_totals`) over `telemetry_totals_within_hour`
+(each row's counts summed from the start of its hour) and `telemetry_totals_hour_start`
+(per hour, the totals before it).
+
+Control: `telemetry_file_state` (one row per file: identity, what of it
 was ingested, status), `telemetry_ingest_events` (append-only log of every decision),
 `telemetry_blacklist` and `telemetry_quarantine` (operator-facing). Sensors read the control
 tables with delta-rs; nothing here starts Spark.
@@ -13,15 +17,37 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from assets.telemetry.reconcile import DirtySpan, pending_spans
+from assets.telemetry.reconcile import (
+    COUNTS,
+    CUMULATIVE,
+    HOUR,
+    ORDER,
+    DirtySpan,
+    floor_hour,
+    pending_spans,
+)
 from assets.telemetry.subjects import app_id
 from resources import Lakehouse
 from resources.lakehouse import AppTransaction, WhenMatchedUpdate, WhenNotMatchedInsert
-from resources.lakehouse.predicates import Compare, IsTrue, Not, eq, from_source, is_in, matches
+from resources.lakehouse.predicates import (
+    Compare,
+    IsTrue,
+    Not,
+    all_of,
+    eq,
+    from_source,
+    is_in,
+    matches,
+    within,
+)
 
 RAW = "telemetry_raw"
 TOTALS = "telemetry_running_totals"
+"""The relation users read, with TOTALS_SCHEMA: `running_totals` joins the two tables below."""
+WITHIN_HOUR = "telemetry_totals_within_hour"
+HOUR_START = "telemetry_totals_hour_start"
 HOURLY = "telemetry_hourly"
 FILE_STATE = "telemetry_file_state"
 EVENTS = "telemetry_ingest_events"
@@ -52,6 +78,27 @@ TOTALS_SCHEMA = _schema(
     ("cum_in_spec", pa.int64(), False),
     ("cum_out_of_spec", pa.int64(), False),
     ("cum_mispicks", pa.int64(), False),
+)
+WITHIN_HOUR_SCHEMA = _schema(
+    ("subject_key", pa.string(), False),
+    ("hour", UTC_TS, False),
+    ("ts", UTC_TS, False),
+    ("source", pa.string(), False),
+    ("line", pa.int64(), False),
+    ("hour_cum_in_spec", pa.int64(), False),
+    ("hour_cum_out_of_spec", pa.int64(), False),
+    ("hour_cum_mispicks", pa.int64(), False),
+)
+HOUR_START_SCHEMA = _schema(
+    ("subject_key", pa.string(), False),
+    ("hour", UTC_TS, False),
+    ("in_spec", pa.int64(), False),
+    ("out_of_spec", pa.int64(), False),
+    ("mispicks", pa.int64(), False),
+    ("rows", pa.int64(), False),
+    ("start_in_spec", pa.int64(), False),
+    ("start_out_of_spec", pa.int64(), False),
+    ("start_mispicks", pa.int64(), False),
 )
 HOURLY_SCHEMA = _schema(
     ("subject_key", pa.string(), False),
@@ -161,7 +208,8 @@ QUARANTINE_SCHEMA = _schema(
 
 SCHEMAS: Mapping[str, pa.Schema] = {
     RAW: RAW_SCHEMA,
-    TOTALS: TOTALS_SCHEMA,
+    WITHIN_HOUR: WITHIN_HOUR_SCHEMA,
+    HOUR_START: HOUR_START_SCHEMA,
     HOURLY: HOURLY_SCHEMA,
     FILE_STATE: FILE_STATE_SCHEMA,
     EVENTS: EVENTS_SCHEMA,
@@ -172,15 +220,15 @@ SCHEMAS: Mapping[str, pa.Schema] = {
 # Every run commits to these tables a few times per file change, and every read loads
 # the log: a checkpoint every 10 commits (not 100) keeps a load to a few JSON files.
 FREQUENT_CHECKPOINTS = {"delta.checkpointInterval": "10"}
-# Raw rows and running totals are replaced from a line or a time onwards. Writers cut
-# their output into files of this size, each covering a narrow range of lines or times,
-# so a replacement rewrites the one file straddling its start and drops the files after
-# it, instead of copying a whole file or subject history that is mostly kept.
+# Raw rows are replaced from a line onwards, in-hour totals by the hour. Writers cut their
+# output into files of this size, each covering a narrow range of lines or hours, so a
+# replacement rewrites the files straddling its edges and drops those inside, instead of
+# copying a whole file or subject history that is mostly kept.
 SMALL_FILES = {**FREQUENT_CHECKPOINTS, "delta.targetFileSize": str(2 * 1024 * 1024)}
 TABLE_PROPERTIES: Mapping[str, Mapping[str, str]] = {
     **dict.fromkeys(SCHEMAS, FREQUENT_CHECKPOINTS),
     RAW: SMALL_FILES,
-    TOTALS: SMALL_FILES,
+    WITHIN_HOUR: SMALL_FILES,
 }
 
 
@@ -245,16 +293,83 @@ def file_states_of_sources(lakehouse: Lakehouse, sources: Sequence[str]) -> dict
     return {r["source"]: FileState(**r) for r in rows}
 
 
+DERIVED = (WITHIN_HOUR, HOUR_START, HOURLY)
+"""The tables derived from the raw rows, each recording the raw version it reflects."""
+
+
 def reconciled_versions(lakehouse: Lakehouse, subject_keys: Sequence[str]) -> dict[str, int | None]:
-    """Per subject, the lowest raw version its derived tables (running totals, hourly)
-    both reflect; None when either never reconciled it."""
+    """Per subject, the lowest raw version its derived tables all reflect; None when one
+    never reconciled it."""
     ids = {app_id(key): key for key in subject_keys}
-    per_table = [lakehouse.app_transaction_versions(t, list(ids)) for t in (TOTALS, HOURLY)]
+    per_table = [lakehouse.app_transaction_versions(t, list(ids)) for t in DERIVED]
     lowest: dict[str, int | None] = {}
     for aid, key in ids.items():
         versions = [recorded.get(aid) for recorded in per_table]
         lowest[key] = None if None in versions else min(versions)  # type: ignore[type-var]
     return lowest
+
+
+def rows_by_hour(lakehouse: Lakehouse, subject_key: str) -> dict[dt.datetime, float]:
+    """The subject's raw rows per UTC hour as the file states tell them (each file's rows
+    spread evenly over the hours its data spans): an estimate to plan scans by, from one
+    small read."""
+    if not lakehouse.exists(FILE_STATE):
+        return {}
+    states = lakehouse.read_arrow(
+        FILE_STATE,
+        where=eq("subject_key", subject_key) & Compare("rows", ">", 0),
+        columns=["logical_start", "logical_end", "rows"],
+    ).to_pylist()
+    estimate: dict[dt.datetime, float] = {}
+    for state in states:
+        if state["logical_start"] is None or state["logical_end"] is None:
+            continue
+        first, last = floor_hour(state["logical_start"]), floor_hour(state["logical_end"])
+        hours = (last - first) // HOUR + 1
+        for n in range(hours):
+            hour = first + n * HOUR
+            estimate[hour] = estimate.get(hour, 0.0) + state["rows"] / hours
+    return estimate
+
+
+def last_hour(lakehouse: Lakehouse, subject_key: str) -> dt.datetime | None:
+    """The subject's latest hour with rows in the running totals."""
+    if not lakehouse.exists(HOUR_START):
+        return None
+    hours = lakehouse.read_arrow(
+        HOUR_START, where=eq("subject_key", subject_key), columns=["hour"]
+    )["hour"]
+    return pc.max(hours).as_py() if len(hours) else None
+
+
+def running_totals(
+    lakehouse: Lakehouse,
+    subject_key: str | None = None,
+    *,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+) -> pa.Table:
+    """`telemetry_running_totals` (TOTALS_SCHEMA), of one subject or all, optionally of
+    rows with since <= ts < until: each row's in-hour sums plus its hour's start, ordered
+    by subject, ts, source, line. Every reader of the running totals reads them here."""
+    subject = None if subject_key is None else eq("subject_key", subject_key)
+    rows_where = all_of((subject, within("ts", since, until)))
+    first_hour = None if since is None else floor_hour(since)
+    starts_where = all_of((subject, within("hour", first_hour, until)))
+    if not lakehouse.exists(WITHIN_HOUR) or not lakehouse.exists(HOUR_START):
+        return TOTALS_SCHEMA.empty_table()
+    rows = lakehouse.read_arrow(WITHIN_HOUR, where=rows_where)
+    hour_starts = lakehouse.read_arrow(
+        HOUR_START,
+        where=starts_where,
+        columns=["subject_key", "hour", *(f"start_{name}" for name in COUNTS)],
+    )
+    joined = rows.join(hour_starts, keys=["subject_key", "hour"], join_type="inner")
+    columns = {name: joined[name] for name in ("subject_key", "ts", "source", "line")}
+    for name, cumulative in zip(COUNTS, CUMULATIVE, strict=True):
+        columns[cumulative] = pc.add(joined[f"start_{name}"], joined[f"hour_cum_{name}"])
+    order = [("subject_key", "ascending"), *ORDER]
+    return pa.table(columns).cast(TOTALS_SCHEMA).sort_by(order)
 
 
 def blacklisted(lakehouse: Lakehouse, subject_key: str | None = None) -> dict[str, str]:

@@ -1,36 +1,46 @@
-"""Bringing `telemetry_running_totals` and `telemetry_hourly` of one subject up to the raw
-table: only the dirty part is recomputed, and each write records (as its Delta app
-transaction) the raw version it reflects, atomically with the rows."""
+"""Bringing the running totals and `telemetry_hourly` of one subject up to the raw table:
+only the dirty hours are recomputed, read in windows of bounded size, and each write
+records (as its Delta app transaction) the raw version it reflects, atomically with the
+rows. Each derived table reconciles from the version it reflects itself, so a run that
+failed between two writes is finished by the next from where each table stands."""
 
 import datetime as dt
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from assets.telemetry import control
 from assets.telemetry.reconcile import (
-    ZERO,
-    DirtySpan,
-    Seed,
+    HourRange,
+    Window,
+    by_hour,
     dirty_frontier,
-    hourly_rollup,
+    hour_starts,
     hours_within,
-    last_totals,
-    running_totals,
+    plan_windows,
     touched_hour_ranges,
 )
 from assets.telemetry.subjects import app_id
 from resources import Lakehouse
-from resources.lakehouse import AppTransaction, CommitResult
-from resources.lakehouse.predicates import Compare, Predicate, any_of, eq, half_open
+from resources.lakehouse import AppTransaction, CommitResult, Stream
+from resources.lakehouse.predicates import (
+    Predicate,
+    all_of,
+    any_of,
+    eq,
+    half_open,
+    within,
+)
 
 Regime = Literal["up_to_date", "first", "append", "late", "from_zero"]
-# Windows, growing, in which the last totals row before a frontier is looked for: the
-# totals table's files cover disjoint time ranges of a subject, so a narrow window reads
-# one or two files instead of the subject's whole history.
-SEED_LOOKBACK = (dt.timedelta(hours=1), dt.timedelta(days=1), dt.timedelta(days=31), None)
+# Raw rows held in memory at once while recomputing (about 100 bytes each with their
+# derived columns): a subject's history of any length is read this many rows at a time.
+WINDOW_ROWS = 2_000_000
+Metadata = Callable[..., dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -44,7 +54,8 @@ class Reconciled:
     commit: CommitResult | None = None
     note: str = ""
     written: pa.Table | None = None
-    """The rows this run wrote (hourly: the recomputed hours)."""
+    """The hours this run recomputed (their sums), for the hourly chart."""
+    hour_starts_rewritten: int = 0
 
     def progress(self) -> dict[str, object]:
         """What a progress line says of it."""
@@ -56,13 +67,43 @@ class Reconciled:
         }
 
 
-def _dirty(
-    lakehouse: Lakehouse, table: str, subject: str
-) -> tuple[int | None, int | None, list[DirtySpan]]:
-    """(raw version now, raw version `table` reflects for the subject, spans since)."""
+@dataclass(frozen=True)
+class Pending:
+    """What one derived table of one subject has still to take in."""
+
+    raw_version: int
+    ranges: list[HourRange] | None
+    """The dirty hours; None: the subject's whole history (first run, or from zero)."""
+    frontier: dt.datetime | None
+    lost: str
+    """Why the whole history is recomputed although the table holds rows ("": it is not)."""
+
+    @property
+    def where(self) -> Predicate | None:
+        """The rows of the table's subject this recomputation replaces (hour column)."""
+        if self.ranges is None:
+            return None
+        return any_of(half_open("hour", a, b) for a, b in self.ranges)
+
+
+def _pending(
+    lakehouse: Lakehouse, table: str, subject: str, log: Callable[[str], None]
+) -> Pending | None:
     raw_version = lakehouse.version(control.RAW)
     reflected = lakehouse.app_transaction_version(table, app_id(subject))
-    return raw_version, reflected, control.dirty_spans(lakehouse, subject, reflected)
+    spans = control.dirty_spans(lakehouse, subject, reflected)
+    if raw_version is None or not spans:
+        return None
+    lost = _lost_history(lakehouse, table, subject, reflected)
+    if lost:
+        log(lost)
+    whole = bool(lost) or reflected is None
+    return Pending(
+        raw_version,
+        None if whole else touched_hour_ranges(spans),
+        None if whole else dirty_frontier(spans),
+        lost,
+    )
 
 
 def _lost_history(lakehouse: Lakehouse, table: str, subject: str, reflected: int | None) -> str:
@@ -79,95 +120,159 @@ def _lost_history(lakehouse: Lakehouse, table: str, subject: str, reflected: int
     )
 
 
-def _seed_before(lakehouse: Lakehouse, subject: str, frontier: dt.datetime) -> Seed:
-    for lookback in SEED_LOOKBACK:
-        where: Predicate = eq("subject_key", subject) & Compare("ts", "<", frontier)
-        if lookback is not None:
-            where = where & Compare("ts", ">=", frontier - lookback)
-        seed = last_totals(lakehouse.read_arrow(control.TOTALS, where=where))
-        if seed is not None:
-            return seed
-    return ZERO
+def _scan(
+    lakehouse: Lakehouse, subject: str, pending: Pending
+) -> Iterator[tuple[pa.Table, pa.Table]]:
+    """(within, sums) of the pending hours' raw rows (`by_hour`), one window at a time."""
+    windows: Sequence[Window] = plan_windows(
+        control.rows_by_hour(lakehouse, subject), pending.ranges, WINDOW_ROWS
+    )
+    for start, end in windows:
+        rows = lakehouse.read_arrow(
+            control.RAW,
+            version=pending.raw_version,
+            where=all_of((eq("subject_key", subject), within("ts", start, end))),
+        )
+        if rows.num_rows:
+            yield by_hour(rows)
+
+
+def _regime(pending: Pending, later_rows: bool) -> Regime:
+    if pending.lost:
+        return "from_zero"
+    if pending.ranges is None:
+        return "first"
+    return "late" if later_rows else "append"
 
 
 def reconcile_totals(
+    lakehouse: Lakehouse, subject: str, metadata: Metadata, log: Callable[[str], None]
+) -> Reconciled:
+    """The running totals of `subject`: the in-hour sums of the dirty hours' rows are
+    recomputed (streamed into one commit), then the hour starts from the first dirty
+    hour on (one row per hour)."""
+    for table in (control.WITHIN_HOUR, control.HOUR_START):
+        control.ensure_table(lakehouse, table, metadata())
+    rows_pending = _pending(lakehouse, control.WITHIN_HOUR, subject, log)
+    starts_pending = _pending(lakehouse, control.HOUR_START, subject, log)
+    if rows_pending is None and starts_pending is None:
+        reflected = lakehouse.app_transaction_version(control.HOUR_START, app_id(subject))
+        return Reconciled("up_to_date", reflected)
+    sums: list[pa.Table] = []
+    recomputed, replaced, commit = 0, 0, None
+    if rows_pending is not None:
+        # The hour sums come with the rows when both tables lag the same way (always,
+        # unless a run failed between the two writes).
+        share = starts_pending is not None and starts_pending.ranges == rows_pending.ranges
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            sums.clear()  # produced anew if the write is retried
+            for rows, hour_sums in _scan(lakehouse, subject, rows_pending):
+                if share:
+                    sums.append(hour_sums)
+                yield from rows.cast(control.WITHIN_HOUR_SCHEMA).to_batches()
+
+        commit = lakehouse.overwrite(
+            control.WITHIN_HOUR,
+            Stream.produced(control.WITHIN_HOUR_SCHEMA, batches),
+            where=all_of((eq("subject_key", subject), rows_pending.where)),
+            metadata=metadata(subject_key=subject, raw_version=rows_pending.raw_version),
+            app_transaction=AppTransaction(app_id(subject), rows_pending.raw_version),
+        )
+        recomputed = commit.metrics["rows_inserted"]
+        replaced = commit.metrics["rows_deleted"]
+        if not share:
+            sums.clear()
+    pending = starts_pending or rows_pending
+    assert pending is not None
+    later = 0
+    if starts_pending is not None:
+        if not sums:
+            sums.extend(s for _, s in _scan(lakehouse, subject, starts_pending))
+        commit, rewritten, later = _rebase(lakehouse, subject, starts_pending, sums, metadata)
+    else:
+        rewritten = 0
+    return Reconciled(
+        _regime(pending, later > 0 or replaced > 0),
+        pending.raw_version,
+        recomputed,
+        replaced,
+        pending.frontier,
+        sum(s.num_rows for s in sums),
+        commit,
+        pending.lost,
+        hour_starts_rewritten=rewritten,
+    )
+
+
+def _rebase(
     lakehouse: Lakehouse,
     subject: str,
-    metadata: Callable[..., dict[str, Any]],
-    log: Callable[[str], None],
-) -> Reconciled:
-    control.ensure_table(lakehouse, control.TOTALS, metadata())
-    raw_version, reflected, spans = _dirty(lakehouse, control.TOTALS, subject)
-    if raw_version is None or not spans:
-        return Reconciled("up_to_date", reflected)
-    lost = _lost_history(lakehouse, control.TOTALS, subject, reflected)
-    if lost:
-        log(lost)
-    where: Predicate = eq("subject_key", subject)
-    frontier = None if lost or reflected is None else dirty_frontier(spans)
-    seed = ZERO
-    if frontier is not None:
-        where = where & Compare("ts", ">=", frontier)
-        seed = _seed_before(lakehouse, subject, frontier)
-    replaced = lakehouse.count(control.TOTALS, where=where)
-    rows = lakehouse.read_arrow(control.RAW, version=raw_version, where=where)
-    totals = running_totals(rows, seed, control.TOTALS_SCHEMA)
+    pending: Pending,
+    sums: Sequence[pa.Table],
+    metadata: Metadata,
+) -> tuple[CommitResult, int, int]:
+    """Rewrite the subject's hour starts from its first dirty hour on, the dirty hours'
+    sums taken from `sums` and every other hour's from the table. Returns the commit, the
+    rows it wrote, and how many of them lie after the dirty hours."""
+    subject_rows = eq("subject_key", subject)
+    fresh = [s.cast(control.HOURLY_SCHEMA) for s in sums]
+    first = last = None
+    stored = control.HOURLY_SCHEMA.empty_table()
+    if pending.ranges is not None:
+        first, last = pending.ranges[0][0], pending.ranges[-1][1]
+        stored = lakehouse.read_arrow(
+            control.HOUR_START, where=subject_rows, columns=control.HOURLY_SCHEMA.names
+        ).cast(control.HOURLY_SCHEMA)
+        stored = stored.filter(pc.invert(_hours_in(stored["hour"], pending.ranges)))
+    every = hour_starts(pa.concat_tables([stored, *fresh]), control.HOUR_START_SCHEMA)
+    written = every if first is None else every.filter(_at_or_after(every["hour"], first))
+    later = 0 if last is None else written.filter(_at_or_after(written["hour"], last)).num_rows
     commit = lakehouse.overwrite(
-        control.TOTALS,
-        totals,
-        where=where,
-        metadata=metadata(
-            subject_key=subject,
-            raw_version=raw_version,
-            frontier=frontier.isoformat() if frontier else None,
-        ),
-        app_transaction=AppTransaction(app_id(subject), raw_version),
+        control.HOUR_START,
+        written,
+        where=all_of((subject_rows, within("hour", first, None))),
+        metadata=metadata(subject_key=subject, raw_version=pending.raw_version),
+        app_transaction=AppTransaction(app_id(subject), pending.raw_version),
     )
-    if lost:
-        regime: Regime = "from_zero"
-    elif frontier is None:
-        regime = "first"
-    else:
-        regime = "late" if replaced else "append"
-    return Reconciled(
-        regime, raw_version, totals.num_rows, replaced, frontier, commit=commit, note=lost
-    )
+    return commit, written.num_rows, later
+
+
+def _at_or_after(hours: pa.ChunkedArray, bound: dt.datetime) -> pa.ChunkedArray:
+    return pc.greater_equal(hours, pa.scalar(bound, control.UTC_TS))
+
+
+def _hours_in(hours: pa.ChunkedArray, ranges: Sequence[HourRange]) -> pa.ChunkedArray:
+    masks = [pc.and_(_at_or_after(hours, a), pc.invert(_at_or_after(hours, b))) for a, b in ranges]
+    return functools.reduce(pc.or_, masks)
 
 
 def reconcile_hourly(
-    lakehouse: Lakehouse,
-    subject: str,
-    metadata: Callable[..., dict[str, Any]],
-    log: Callable[[str], None],
+    lakehouse: Lakehouse, subject: str, metadata: Metadata, log: Callable[[str], None]
 ) -> Reconciled:
     control.ensure_table(lakehouse, control.HOURLY, metadata())
-    raw_version, reflected, spans = _dirty(lakehouse, control.HOURLY, subject)
-    if raw_version is None or not spans:
+    pending = _pending(lakehouse, control.HOURLY, subject, log)
+    if pending is None:
+        reflected = lakehouse.app_transaction_version(control.HOURLY, app_id(subject))
         return Reconciled("up_to_date", reflected)
-    lost = _lost_history(lakehouse, control.HOURLY, subject, reflected)
-    if lost:
-        log(lost)
-    subject_rows = eq("subject_key", subject)
-    if lost or reflected is None:
-        ranges = None
-        rows = lakehouse.read_arrow(control.RAW, version=raw_version, where=subject_rows)
-        where = subject_rows
-    else:
-        ranges = touched_hour_ranges(spans)
-        rows = lakehouse.read_arrow(
-            control.RAW,
-            version=raw_version,
-            where=subject_rows & any_of(half_open("ts", a, b) for a, b in ranges),
-        )
-        where = subject_rows & any_of(half_open("hour", a, b) for a, b in ranges)
-    hourly = hourly_rollup(rows, control.HOURLY_SCHEMA)
+    sums = [s for _, s in _scan(lakehouse, subject, pending)]
+    hourly = (
+        pa.concat_tables(sums).cast(control.HOURLY_SCHEMA)
+        if sums
+        else control.HOURLY_SCHEMA.empty_table()
+    )
     commit = lakehouse.overwrite(
         control.HOURLY,
         hourly,
-        where=where,
-        metadata=metadata(subject_key=subject, raw_version=raw_version),
-        app_transaction=AppTransaction(app_id(subject), raw_version),
+        where=all_of((eq("subject_key", subject), pending.where)),
+        metadata=metadata(subject_key=subject, raw_version=pending.raw_version),
+        app_transaction=AppTransaction(app_id(subject), pending.raw_version),
     )
-    regime: Regime = "from_zero" if lost else ("first" if ranges is None else "late")
-    hours = hourly.num_rows if ranges is None else hours_within(ranges)
-    return Reconciled(regime, raw_version, rows.num_rows, 0, None, hours, commit, lost, hourly)
+    regime: Regime = (
+        "from_zero" if pending.lost else ("first" if pending.ranges is None else "late")
+    )
+    hours = hourly.num_rows if pending.ranges is None else hours_within(pending.ranges)
+    rows = sum(pc.sum(s["rows"]).as_py() or 0 for s in sums)
+    return Reconciled(
+        regime, pending.raw_version, rows, 0, None, hours, commit, pending.lost, hourly
+    )

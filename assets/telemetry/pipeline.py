@@ -12,7 +12,8 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
-from assets.materialization import commit_metadata, materialization_metadata
+from assets.columns import column_description
+from assets.materialization import TABLE_NAME, commit_metadata, materialization_metadata
 from assets.progress import Progress
 from assets.telemetry import control
 from assets.telemetry.derive import Reconciled, reconcile_hourly, reconcile_totals
@@ -179,7 +180,9 @@ def _derived_result(
     result: Reconciled,
     subject: str,
     shown: dict[str, dg.MetadataValue] | None = None,
+    relation: dict[str, Any] | None = None,
 ) -> dg.MaterializeResult:
+    """`relation`: what names the relation users read, over what the commit says."""
     extra = {
         **(shown or {}),
         "regime": result.regime,
@@ -192,12 +195,12 @@ def _derived_result(
     if result.note:
         extra["note"] = result.note
     if result.commit is None:
-        return dg.MaterializeResult(metadata={"table_name": table, "partition": subject, **extra})
-    return dg.MaterializeResult(
-        metadata=materialization_metadata(
+        metadata = {"table_name": table, "partition": subject, **extra}
+    else:
+        metadata = materialization_metadata(
             lakehouse, result.commit, partition_key=subject, extra=extra
         )
-    )
+    return dg.MaterializeResult(metadata={**metadata, **(relation or {})})
 
 
 @dg.asset(
@@ -210,11 +213,32 @@ def telemetry_running_totals(
     context: dg.AssetExecutionContext, lakehouse: Lakehouse
 ) -> dg.MaterializeResult:
     """Cumulative in-spec, out-of-spec and mispick counts of each raw row since the start
-    of the subject's history (ordered by ts, source, line). Data after everything stored
-    is seeded from the last totals; late data is repaired from its earliest point on;
-    the rest is never recomputed. Records the raw version it reflects."""
+    of the subject's history (ordered by ts, source, line). Read it with
+    `control.running_totals`: it is stored as in-hour sums (telemetry_totals_within_hour)
+    plus the totals before each hour (telemetry_totals_hour_start), so late data
+    recomputes the rows of the hours it touches and one row per later hour, never the
+    rows after it. Records the raw version it reflects."""
+    subject = context.partition_key
     result = _reconciled(context, lakehouse, control.TOTALS, reconcile_totals)
-    return _derived_result(lakehouse, control.TOTALS, result, context.partition_key)
+    shown = {
+        "hour_starts_rewritten": dg.MetadataValue.int(result.hour_starts_rewritten),
+        "stored_in": dg.MetadataValue.json([control.WITHIN_HOUR, control.HOUR_START]),
+        "latest_rows": _latest_rows(lakehouse, subject),
+    }
+    # The relation users read is the view, whatever table the last commit went to.
+    view = {
+        TABLE_NAME: control.TOTALS,
+        "dagster/table_name": control.TOTALS,
+        "dagster/column_schema": dg.TableSchema(
+            columns=[
+                dg.TableColumn(
+                    f.name, str(f.type), description=column_description(control.TOTALS, f.name)
+                )
+                for f in control.TOTALS_SCHEMA
+            ]
+        ),
+    }
+    return _derived_result(lakehouse, control.TOTALS, result, subject, shown, view)
 
 
 @dg.asset(
@@ -235,6 +259,25 @@ def telemetry_hourly(
         else {}
     )
     return _derived_result(lakehouse, control.HOURLY, result, context.partition_key, chart)
+
+
+LATEST_ROWS = 5
+
+
+def _latest_rows(lakehouse: Lakehouse, subject: str) -> dg.MetadataValue:
+    """The subject's last running totals, read through the view as every reader does."""
+    last_hour = control.last_hour(lakehouse, subject)
+    if last_hour is None:
+        return dg.MetadataValue.md("no rows")
+    rows = control.running_totals(lakehouse, subject, since=last_hour).to_pylist()
+    lines = ["| ts | source | line | cum in spec | cum out of spec | cum mispicks |"]
+    lines.append("|---|---|---:|---:|---:|---:|")
+    for r in rows[-LATEST_ROWS:]:
+        lines.append(
+            f"| {r['ts']:%Y-%m-%d %H:%M:%S} | `{r['source']}` | {r['line']} | "
+            f"{r['cum_in_spec']:,} | {r['cum_out_of_spec']:,} | {r['cum_mispicks']:,} |"
+        )
+    return dg.MetadataValue.md("\n".join(lines))
 
 
 CHART_HOURS = 24

@@ -78,41 +78,79 @@ def coalesce_span(
     return DirtySpan(start, end, raw_version)
 
 
-Seed = tuple[int, int, int]
-ZERO: Seed = (0, 0, 0)
+HourRange = tuple[dt.datetime, dt.datetime]
+Window = tuple[dt.datetime | None, dt.datetime | None]
+"""A half-open time window [start, end); None leaves that side open."""
 
 
-def running_totals(rows: pa.Table, seed: Seed, schema: pa.Schema) -> pa.Table:
-    """Cumulative counts of one subject's raw `rows`, ordered by ts, source, line, starting
-    from `seed` (the totals of the last row before them). Vectorized: NumPy prefix sums."""
+def by_hour(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The raw `rows` of whole hours (of one subject) as (within, sums):
+
+    - within: each row with its hour and its counts summed from the start of that hour,
+      ordered by ts, source, line (columns subject_key, hour, ts, source, line,
+      hour_cum_<count>);
+    - sums: per hour, the counts summed and the number of rows (subject_key, hour,
+      <count>, rows), ordered by hour.
+
+    Vectorized: one sort, NumPy prefix sums, differences at the hours' boundaries."""
     ordered = rows.sort_by(ORDER)
-    columns = {name: ordered[name] for name in ("subject_key", "ts", "source", "line")}
-    for name, cumulative, start in zip(COUNTS, CUMULATIVE, seed, strict=True):
+    hours = pc.floor_temporal(ordered["ts"], unit="hour")
+    micros = hours.cast(pa.int64()).to_numpy()
+    starts = (
+        np.flatnonzero(np.r_[True, micros[1:] != micros[:-1]])
+        if len(micros)
+        else np.zeros(0, np.int64)
+    )
+    lengths = np.diff(np.r_[starts, len(micros)]).astype(np.int64)
+    first_of_hour = hours.take(pa.array(starts, pa.int64()))
+    subject = ordered["subject_key"]
+    within = {
+        "subject_key": subject,
+        "hour": hours,
+        **{name: ordered[name] for name in ("ts", "source", "line")},
+    }
+    sums = {"subject_key": subject.take(pa.array(starts, pa.int64())), "hour": first_of_hour}
+    for name in COUNTS:
+        cumulative = np.cumsum(ordered[name].to_numpy(zero_copy_only=False), dtype=np.int64)
+        before = np.r_[np.int64(0), cumulative][starts]
+        within[f"hour_cum_{name}"] = pa.array(cumulative - np.repeat(before, lengths))
+        ends = np.r_[before[1:], cumulative[-1:]] if len(cumulative) else before
+        sums[name] = pa.array(ends - before, pa.int64())
+    sums["rows"] = pa.array(lengths, pa.int64())
+    return pa.table(within), pa.table(sums)
+
+
+def hour_starts(sums: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Each hour of a subject's `sums` (every hour with rows, any order) with the totals
+    of all rows before it (start_<count>): a checkpoint per hour, so that the running
+    total of a row is its hour's start plus its in-hour sum."""
+    ordered = sums.sort_by([("hour", "ascending")])
+    columns = {name: ordered[name] for name in ("subject_key", "hour", *COUNTS, "rows")}
+    for name in COUNTS:
         values = ordered[name].to_numpy(zero_copy_only=False)
-        columns[cumulative] = pa.array(np.cumsum(values, dtype=np.int64) + start, pa.int64())
-    return pa.table(columns, schema=schema)
+        columns[f"start_{name}"] = pa.array(np.cumsum(values) - values, pa.int64())
+    return pa.table(columns).cast(schema)
 
 
-def last_totals(totals: pa.Table) -> Seed | None:
-    """The totals of the last row (by ts, source, line) of `totals`, or None when empty."""
-    if totals.num_rows == 0:
-        return None
-    last = totals.sort_by(ORDER).slice(totals.num_rows - 1).to_pylist()[0]
-    return tuple(last[name] for name in CUMULATIVE)  # type: ignore[return-value]
-
-
-def hourly_rollup(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Per (subject, UTC hour): summed counts and the number of rows."""
-    if rows.num_rows == 0:
-        return schema.empty_table()
-    with_hour = rows.append_column("hour", pc.floor_temporal(rows["ts"], unit="hour"))
-    grouped = with_hour.group_by(["subject_key", "hour"]).aggregate(
-        [(name, "sum") for name in COUNTS] + [("ts", "count")]
-    )
-    renamed = grouped.rename_columns(
-        {**{f"{name}_sum": name for name in COUNTS}, "ts_count": "rows"}
-    )
-    return renamed.select(schema.names).cast(schema).sort_by([("hour", "ascending")])
+def plan_windows(
+    rows_by_hour: dict[dt.datetime, float], ranges: Sequence[HourRange] | None, budget: int
+) -> list[Window]:
+    """Cut the hour `ranges` (None: all of time) into windows of whole hours, each
+    expected to hold at most `budget` rows by `rows_by_hour` (an hour above the budget
+    is a window of its own), so a scan holds one window's rows at a time."""
+    spans: list[Window] = [(None, None)] if ranges is None else list(ranges)
+    windows: list[Window] = []
+    for start, end in spans:
+        cut, held = start, 0.0
+        for hour in sorted(rows_by_hour):
+            if (start is not None and hour < start) or (end is not None and hour >= end):
+                continue
+            if held and held + rows_by_hour[hour] > budget:
+                windows.append((cut, hour))
+                cut, held = hour, 0.0
+            held += rows_by_hour[hour]
+        windows.append((cut, end))
+    return windows
 
 
 def hours_within(ranges: Sequence[tuple[dt.datetime, dt.datetime]]) -> int:

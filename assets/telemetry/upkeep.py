@@ -7,7 +7,14 @@ import dagster as dg
 from assets.maintenance import compact_tables
 from assets.telemetry import control
 
-COMPACTED = [control.RAW, control.TOTALS, control.HOURLY, control.FILE_STATE, control.EVENTS]
+COMPACTED = [
+    control.RAW,
+    control.WITHIN_HOUR,
+    control.HOUR_START,
+    control.HOURLY,
+    control.FILE_STATE,
+    control.EVENTS,
+]
 
 compact_telemetry_tables = dg.ScheduleDefinition(
     name="compact_telemetry_tables",

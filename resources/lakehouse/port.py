@@ -8,8 +8,10 @@ delta-spark on the Spark cluster), never in what a caller observes.
 from __future__ import annotations
 
 import datetime as dt
+import queue
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -20,6 +22,64 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     Data = DataFrame | pa.Table | pa.RecordBatchReader
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Rows too many to hold at once, as a function that makes a fresh reader of them: a
+    write that is retried (after a commit conflict) reads them again from the start."""
+
+    make: Callable[[], pa.RecordBatchReader]
+
+    @classmethod
+    def produced(
+        cls, schema: pa.Schema, produce: Callable[[], Iterator[pa.RecordBatch]], depth: int = 2
+    ) -> Stream:
+        """A stream of the batches `produce()` yields, computed in a thread of their own
+        at most `depth` batches ahead of the writer. The writer's engine may drive the
+        reader from inside its own runtime, where the producer could not read a table
+        (delta-rs: "Cannot start a runtime from within a runtime"); a thread has none."""
+
+        def make() -> pa.RecordBatchReader:
+            import pyarrow as pa
+
+            handoff: queue.Queue[Any] = queue.Queue(maxsize=depth)
+            stop = threading.Event()
+            done = object()
+
+            def offer(item: object) -> bool:
+                while not stop.is_set():
+                    try:
+                        handoff.put(item, timeout=0.1)
+                        return True
+                    except queue.Full:
+                        continue
+                return False
+
+            def run() -> None:
+                try:
+                    for batch in produce():
+                        if not offer(batch):
+                            return
+                    offer(done)
+                except BaseException as error:  # handed to the writer's side, raised there
+                    offer(error)
+
+            def batches() -> Iterator[pa.RecordBatch]:
+                thread = threading.Thread(target=run, name="lakehouse-stream", daemon=True)
+                thread.start()
+                try:
+                    while (item := handoff.get()) is not done:
+                        if isinstance(item, BaseException):
+                            raise item
+                        yield item
+                finally:
+                    stop.set()
+                    thread.join()
+
+            return pa.RecordBatchReader.from_batches(schema, batches())
+
+        return cls(make)
 
 
 WriteMode = Literal["append", "overwrite"]

@@ -160,6 +160,24 @@ def any_of(predicates: Iterable[Predicate]) -> Predicate:
     return Or(tuple(predicates))
 
 
+def all_of(predicates: Iterable[Predicate | None]) -> Predicate | None:
+    """Every one of the predicates given (None ones skipped); None when none is left."""
+    parts = tuple(p for p in predicates if p is not None)
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    return And(parts)
+
+
+def within(column: str, low: Value | None, high: Value | None) -> Predicate | None:
+    """Range `low <= column < high`, a side left open when None (None: no bound at all)."""
+    return all_of(
+        (
+            None if low is None else Compare(column, ">=", low),
+            None if high is None else Compare(column, "<", high),
+        )
+    )
+
+
 def render(condition: Predicate | None, dialect: Dialect) -> str | None:
     return None if condition is None else condition.render(dialect)
 

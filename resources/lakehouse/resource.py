@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlparse
 
 import dagster as dg
+import pyarrow as pa
 from pyarrow import fs as pafs
 from pydantic import PrivateAttr
 
@@ -274,7 +275,7 @@ class Lakehouse(dg.ConfigurableResource):
     def append(
         self,
         table: str,
-        data: port.Data,
+        data: port.Data | port.Stream,
         *,
         metadata: Mapping[str, Any],
         partition_by: Sequence[str] | None = None,
@@ -290,7 +291,7 @@ class Lakehouse(dg.ConfigurableResource):
     def overwrite(
         self,
         table: str,
-        data: port.Data,
+        data: port.Data | port.Stream,
         *,
         metadata: Mapping[str, Any],
         where: Predicate | None = None,
@@ -314,7 +315,7 @@ class Lakehouse(dg.ConfigurableResource):
     def _write(
         self,
         table: str,
-        data: port.Data,
+        data: port.Data | port.Stream,
         mode: port.WriteMode,
         where: Predicate | None,
         partition_by: Sequence[str] | None,
@@ -322,12 +323,14 @@ class Lakehouse(dg.ConfigurableResource):
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
     ) -> port.CommitResult:
+        if isinstance(data, pa.RecordBatchReader):
+            data = _once(data)
         result = self._commit(
             table,
             metadata,
             lambda uri, meta: self._delta().write(
                 uri,
-                data,
+                data.make() if isinstance(data, port.Stream) else data,
                 mode=mode,
                 where=where,
                 partition_by=partition_by,
@@ -491,6 +494,24 @@ class Lakehouse(dg.ConfigurableResource):
                     f"UTC, retention {int(millis) / 3_600_000:g} h"
                 )
         return "no VACUUM recorded in the retained history"
+
+
+def _once(reader: pa.RecordBatchReader) -> port.Stream:
+    """A reader given as it is, as a stream that can be read once: a retried write
+    refuses it rather than write nothing."""
+    taken = False
+
+    def make() -> pa.RecordBatchReader:
+        nonlocal taken
+        if taken:
+            raise port.LakehouseError(
+                "a RecordBatchReader is read once and this write is being retried; pass a "
+                "Stream that makes a fresh reader instead"
+            )
+        taken = True
+        return reader
+
+    return port.Stream(make)
 
 
 def _local_path(uri: str) -> str:

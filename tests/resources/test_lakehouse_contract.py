@@ -14,6 +14,7 @@ from resources.lakehouse import (
     AppTransaction,
     LakehouseError,
     StaleWriteError,
+    Stream,
     VersionUnavailableError,
     WhenMatchedDelete,
     WhenMatchedUpdate,
@@ -443,6 +444,54 @@ def test_concurrent_writers_conflict_retry_and_no_commit_is_lost(lake):
     assert lake.version("t") == 16
     assert [r[0] for r in rows(lake, "t")] == ["seed", "w2", "w3"]
     assert len({h.metadata["commit_token"] for h in lake.history("t")}) == 17
+
+
+def test_a_stream_read_from_a_table_is_written_whole_and_again_when_a_commit_is_retried(lake):
+    """A Stream's batches are produced in a thread while the engine writes them: the
+    producer may read tables (delta-rs drives the reader inside its own runtime, where a
+    read would fail), and a writer that loses a commit race writes the rows once more."""
+    lake.append("src", devices([("a", 2, "x"), ("b", 2, "y")]), metadata=META)
+    lake.append("t", devices([("seed", 1, "s")]), metadata=META, partition_by=["day"])
+    inserted: list[int] = []
+    errors: list[BaseException] = []
+
+    def batches():
+        yield from lake.read_arrow("src").cast(devices([]).schema).to_batches(max_chunksize=1)
+
+    def writer() -> None:
+        try:
+            for _ in range(3):
+                result = lake.overwrite(
+                    "t",
+                    Stream.produced(devices([]).schema, batches),
+                    where=eq("day", dt.date(2024, 1, 2)),
+                    metadata=META,
+                )
+                inserted.append(result.metrics["rows_inserted"])
+        except BaseException as error:  # noqa: BLE001 - asserted below
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert inserted == [2] * 6
+    assert rows(lake, "t") == [("a", 2, "x"), ("b", 2, "y"), ("seed", 1, "s")]
+
+
+def test_a_failing_stream_commits_nothing_and_raises_its_own_error(lake):
+    lake.append("t", devices([("a", 1, "x")]), metadata=META)
+
+    def batches():
+        yield from devices([("b", 1, "y")]).to_batches()
+        raise ValueError("report.csv line 7: not a number")
+
+    with pytest.raises(Exception, match="report.csv line 7"):
+        lake.overwrite("t", Stream.produced(devices([]).schema, batches), metadata=META)
+    assert lake.version("t") == 0
+    assert rows(lake, "t") == [("a", 1, "x")]
 
 
 def test_table_properties_apply_when_a_write_creates_the_table(lake, tmp_path):

@@ -84,7 +84,7 @@ class Deployment:
         raise KeyError(asset)
 
     def totals(self) -> list[tuple]:
-        rows = self.lakehouse.read_arrow(control.TOTALS).to_pylist()
+        rows = control.running_totals(self.lakehouse).to_pylist()
         return sorted(
             (
                 r["subject_key"],

@@ -48,7 +48,9 @@ def test_a_renotified_unchanged_file_does_no_work_and_launches_nothing(deploymen
     assert deployment.lakehouse.version(control.RAW) == raw_version
 
 
-def test_a_late_file_recomputes_totals_only_from_its_start(deployment):
+def test_a_late_file_recomputes_only_the_totals_of_its_hours_and_one_row_per_later_hour(
+    deployment,
+):
     early, late, rest = FILES[:3], FILES[3], FILES[4:]
     deployment.deliver(early + rest)
     deployment.run_pending()
@@ -59,15 +61,25 @@ def test_a_late_file_recomputes_totals_only_from_its_start(deployment):
     assert request.tags["telemetry/subject"] == "Tool01"
     run = deployment.runs[-1]
     totals = deployment.metadata(run, "telemetry_running_totals")
-    after_start = sum(1 for f in FILES for r in f.rows if r.ts >= late.rows[0].ts)
+    late_hours = {r.ts.replace(minute=0, second=0, microsecond=0) for r in late.rows}
+    first, last = min(late_hours), max(late_hours)
+    in_its_hours = sum(
+        1
+        for f in FILES
+        for r in f.rows
+        if first <= r.ts.astimezone(dt.UTC) < last + dt.timedelta(hours=1)
+    )
+    later_hours = {r.ts.replace(minute=0, second=0, microsecond=0) for f in FILES for r in f.rows}
     assert totals["regime"] == "late"
-    assert totals["rows_recomputed"] == after_start  # not the whole history
-    assert totals["rows_replaced"] == after_start - len(late.rows)
+    # Not every row after the late file's start: the rows of its hours, and one
+    # checkpoint per hour from its first hour on.
+    assert totals["rows_recomputed"] == in_its_hours
+    assert totals["rows_replaced"] == in_its_hours - len(late.rows)
+    assert totals["hour_starts_rewritten"] == sum(1 for h in later_hours if h >= first)
     hourly = deployment.metadata(run, "telemetry_hourly")
     assert hourly["hours_recomputed"] == 4  # the late file covers 4 hours: only those
     # The chart on the materialization shows those hours, with their counts.
     chart = hourly["hourly_chart"]
-    late_hours = {r.ts.replace(minute=0, second=0, microsecond=0) for r in late.rows}
     stored = [h for h in deployment.hourly() if h[1] in late_hours]
     assert chart.count("\n| 20") == len(stored) == 4
     assert all(f"| {h[1]:%Y-%m-%d %H:00} | {h[2]:,} | {h[3]:,} |" in chart for h in stored)

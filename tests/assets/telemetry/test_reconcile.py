@@ -6,15 +6,15 @@ import datetime as dt
 
 import pyarrow as pa
 
-from assets.telemetry.control import HOURLY_SCHEMA, RAW_SCHEMA, TOTALS_SCHEMA
+from assets.telemetry.control import HOUR_START_SCHEMA, RAW_SCHEMA
 from assets.telemetry.reconcile import (
     DirtySpan,
+    by_hour,
     coalesce_span,
     dirty_frontier,
-    hourly_rollup,
-    last_totals,
+    hour_starts,
     pending_spans,
-    running_totals,
+    plan_windows,
     touched_hour_ranges,
 )
 
@@ -37,15 +37,61 @@ def raw(rows: list[tuple]) -> pa.Table:
     )
 
 
-def test_prefix_sums_order_by_ts_then_source_then_line_and_start_from_the_seed():
-    rows = raw([(at(5), "b", 2, 1, 0, 0), (at(5), "a", 9, 10, 0, 0), (at(1), "b", 3, 100, 1, 1)])
-    totals = running_totals(rows, (1000, 10, 1), TOTALS_SCHEMA).to_pylist()
-    assert [(r["source"], r["line"], r["cum_in_spec"]) for r in totals] == [
-        ("b", 3, 1100),
-        ("a", 9, 1110),
-        ("b", 2, 1111),
+def test_in_hour_sums_order_by_ts_then_source_then_line_and_restart_each_hour():
+    rows = raw(
+        [
+            (at(5), "b", 2, 1, 0, 0),
+            (at(5), "a", 9, 10, 0, 0),
+            (at(1), "b", 3, 100, 1, 1),
+            (at(61), "a", 1, 1000, 0, 0),
+            (at(62), "a", 2, 7, 0, 1),
+        ]
+    )
+    within, sums = by_hour(rows)
+    assert [
+        (r["hour"], r["source"], r["line"], r["hour_cum_in_spec"], r["hour_cum_mispicks"])
+        for r in within.to_pylist()
+    ] == [
+        (at(0), "b", 3, 100, 1),
+        (at(0), "a", 9, 110, 1),
+        (at(0), "b", 2, 111, 1),
+        (at(60), "a", 1, 1000, 0),
+        (at(60), "a", 2, 1007, 1),
     ]
-    assert last_totals(running_totals(rows, (0, 0, 0), TOTALS_SCHEMA)) == (111, 1, 1)
+    assert [(r["hour"], r["in_spec"], r["mispicks"], r["rows"]) for r in sums.to_pylist()] == [
+        (at(0), 111, 1, 3),
+        (at(60), 1007, 1, 2),
+    ]
+
+
+def test_an_hour_starts_from_the_totals_of_every_hour_before_it_whatever_their_order():
+    _, sums = by_hour(
+        raw([(at(130), "a", 1, 5, 1, 0), (at(1), "a", 2, 2, 0, 1), (at(70), "b", 1, 3, 0, 0)])
+    )
+    shuffled = sums.take([2, 0, 1])
+    starts = hour_starts(shuffled, HOUR_START_SCHEMA).to_pylist()
+    assert [(r["hour"], r["start_in_spec"], r["start_mispicks"]) for r in starts] == [
+        (at(0), 0, 0),
+        (at(60), 2, 1),
+        (at(120), 5, 1),
+    ]
+
+
+def test_scans_are_cut_at_hour_boundaries_within_the_budget_and_cover_every_dirty_hour():
+    estimate = {at(0): 600.0, at(60): 600.0, at(120): 600.0, at(180): 5000.0, at(240): 10.0}
+    assert plan_windows(estimate, None, 1000) == [
+        (None, at(60)),
+        (at(60), at(120)),
+        (at(120), at(180)),
+        (at(180), at(240)),
+        (at(240), None),
+    ]
+    assert plan_windows(estimate, [(at(60), at(180)), (at(240), at(300))], 2000) == [
+        (at(60), at(180)),
+        (at(240), at(300)),
+    ]
+    # Hours the estimate does not know (files without states) are still covered.
+    assert plan_windows({}, None, 1000) == [(None, None)]
 
 
 def test_only_spans_after_the_reflected_version_are_dirty_and_they_coalesce_to_one_frontier():
@@ -78,11 +124,3 @@ def test_an_unreconciled_span_is_not_forgotten_when_the_file_changes_again():
     assert coalesce_span(first, at(720), at(800), 6, reconciled_version=4) == DirtySpan(
         at(720), at(800), 6
     )
-
-
-def test_hourly_rollup_sums_per_hour_bucket():
-    rows = raw([(at(1), "a", 2, 1, 2, 3), (at(59), "a", 3, 1, 0, 0), (at(60), "a", 4, 5, 0, 0)])
-    assert hourly_rollup(rows, HOURLY_SCHEMA).to_pylist() == [
-        dict(subject_key="s", hour=at(0), in_spec=2, out_of_spec=2, mispicks=3, rows=2),
-        dict(subject_key="s", hour=at(60), in_spec=5, out_of_spec=0, mispicks=0, rows=1),
-    ]
