@@ -75,8 +75,10 @@ def test_the_graph_has_every_asset_check_job_and_sensor(tmp_path):
     raw = graph.get(dg.AssetKey("telemetry_raw"))
     assert isinstance(raw.partitions_def, dg.DynamicPartitionsDefinition)
     assert raw.partitions_def.name == "subjects"
-    for derived in ("telemetry_running_totals", "telemetry_hourly"):
-        assert graph.get(dg.AssetKey(derived)).parent_keys == {dg.AssetKey("telemetry_raw")}
+    totals = dg.AssetKey("telemetry_running_totals")
+    assert graph.get(totals).parent_keys == {dg.AssetKey("telemetry_raw")}
+    hourly = graph.get(dg.AssetKey("telemetry_hourly"))
+    assert hourly.parent_keys == {dg.AssetKey("telemetry_raw"), totals}
     # The Stateful Merger depends on its own previous day, so backfills run in order.
     catalog = graph.get(dg.AssetKey("device_catalog"))
     assert dg.AssetKey("device_catalog") in catalog.parent_keys

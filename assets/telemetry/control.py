@@ -332,6 +332,18 @@ def rows_by_hour(lakehouse: Lakehouse, subject_key: str) -> dict[dt.datetime, fl
     return estimate
 
 
+RUNNING_TOTALS_SQL = f"""
+SELECT w.subject_key, w.ts, w.source, w.line,
+       s.start_in_spec + w.hour_cum_in_spec AS cum_in_spec,
+       s.start_out_of_spec + w.hour_cum_out_of_spec AS cum_out_of_spec,
+       s.start_mispicks + w.hour_cum_mispicks AS cum_mispicks
+FROM {WITHIN_HOUR} w
+JOIN {HOUR_START} s ON w.subject_key = s.subject_key AND w.hour = s.hour
+"""
+"""`telemetry_running_totals` as a SQL view over its two tables: what `running_totals`
+computes, for SQL clients."""
+
+
 def last_hour(lakehouse: Lakehouse, subject_key: str) -> dt.datetime | None:
     """The subject's latest hour with rows in the running totals."""
     if not lakehouse.exists(HOUR_START):

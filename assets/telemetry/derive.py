@@ -26,7 +26,7 @@ from assets.telemetry.reconcile import (
 )
 from assets.telemetry.subjects import app_id
 from resources import Lakehouse
-from resources.lakehouse import AppTransaction, CommitResult, Stream
+from resources.lakehouse import AppTransaction, CommitResult, spooled
 from resources.lakehouse.predicates import (
     Predicate,
     all_of,
@@ -166,23 +166,21 @@ def reconcile_totals(
         share = starts_pending is not None and starts_pending.ranges == rows_pending.ranges
 
         def batches() -> Iterator[pa.RecordBatch]:
-            sums.clear()  # produced anew if the write is retried
             for rows, hour_sums in _scan(lakehouse, subject, rows_pending):
                 if share:
                     sums.append(hour_sums)
                 yield from rows.cast(control.WITHIN_HOUR_SCHEMA).to_batches()
 
-        commit = lakehouse.overwrite(
-            control.WITHIN_HOUR,
-            Stream.produced(control.WITHIN_HOUR_SCHEMA, batches),
-            where=all_of((eq("subject_key", subject), rows_pending.where)),
-            metadata=metadata(subject_key=subject, raw_version=rows_pending.raw_version),
-            app_transaction=AppTransaction(app_id(subject), rows_pending.raw_version),
-        )
+        with spooled(control.WITHIN_HOUR_SCHEMA, batches()) as rows:
+            commit = lakehouse.overwrite(
+                control.WITHIN_HOUR,
+                rows,
+                where=all_of((eq("subject_key", subject), rows_pending.where)),
+                metadata=metadata(subject_key=subject, raw_version=rows_pending.raw_version),
+                app_transaction=AppTransaction(app_id(subject), rows_pending.raw_version),
+            )
         recomputed = commit.metrics["rows_inserted"]
         replaced = commit.metrics["rows_deleted"]
-        if not share:
-            sums.clear()
     pending = starts_pending or rows_pending
     assert pending is not None
     later = 0
@@ -247,6 +245,19 @@ def _hours_in(hours: pa.ChunkedArray, ranges: Sequence[HourRange]) -> pa.Chunked
     return functools.reduce(pc.or_, masks)
 
 
+def _hour_sums(lakehouse: Lakehouse, subject: str, pending: Pending) -> list[pa.Table]:
+    """The pending hours' sums: read from the hour starts when they reflect the same raw
+    version (the running totals ran first in the run, as the job orders them: one row
+    per hour instead of every raw row), else summed from the raw rows."""
+    hour_starts_version = lakehouse.app_transaction_version(control.HOUR_START, app_id(subject))
+    if hour_starts_version != pending.raw_version:
+        return [s for _, s in _scan(lakehouse, subject, pending)]
+    where = all_of((eq("subject_key", subject), pending.where))
+    return [
+        lakehouse.read_arrow(control.HOUR_START, where=where, columns=control.HOURLY_SCHEMA.names)
+    ]
+
+
 def reconcile_hourly(
     lakehouse: Lakehouse, subject: str, metadata: Metadata, log: Callable[[str], None]
 ) -> Reconciled:
@@ -255,7 +266,7 @@ def reconcile_hourly(
     if pending is None:
         reflected = lakehouse.app_transaction_version(control.HOURLY, app_id(subject))
         return Reconciled("up_to_date", reflected)
-    sums = [s for _, s in _scan(lakehouse, subject, pending)]
+    sums = _hour_sums(lakehouse, subject, pending)
     hourly = (
         pa.concat_tables(sums).cast(control.HOURLY_SCHEMA)
         if sums

@@ -10,25 +10,31 @@ Per file, in one pass over the subject's landed files:
 - data ending more than the lateness horizon before the subject's newest data is
   quarantined until an operator releases it; blacklisted files lose their rows.
 
-Each applied change is one Delta commit that replaces the file's rows from the first
-changed line and carries, in its commit metadata, the subject, source, content hash
-and the span it made dirty. Every write of the run advances the subject's app
-transaction on its table, so a concurrent, stale run for the same subject is refused
-instead of overwriting newer rows.
+The run's applied changes are one Delta commit, streamed a file at a time: it replaces
+each file's rows from its first changed line, and its metadata carries the subject, the
+kinds of change and the span they made dirty (each file's source, content hash and
+outcome are in `telemetry_ingest_events`, with that commit's version). Every write of
+the run advances the subject's app transaction on its table, so a concurrent, stale run
+for the same subject is refused instead of overwriting newer rows.
 """
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from assets.source_files import Problem
 from assets.telemetry import control
 from assets.telemetry.control import Event, FileState, Quarantined
 from assets.telemetry.reconcile import coalesce_span
 from assets.telemetry.report_files import (
+    ROWS_SCHEMA,
     FileChange,
     ReportFileError,
     ReportRows,
@@ -39,9 +45,42 @@ from assets.telemetry.report_files import (
 from assets.telemetry.settings import LANDING_PREFIX, REPORT_SUFFIX, TelemetrySettings
 from assets.telemetry.subjects import app_id, subject_of
 from resources import Lakehouse, LandingZone
-from resources.lakehouse import AppTransaction
-from resources.lakehouse.predicates import Compare, eq
+from resources.lakehouse import AppTransaction, Stream
+from resources.lakehouse.predicates import Compare, any_of, eq, is_in
 from resources.landing import FileStat
+
+
+class ParkedRows:
+    """The rows a run parsed, parked in an Arrow file on local disk between deciding on
+    the run's changes (all files parsed: which are too late to apply) and writing them:
+    a run holds one file's rows at a time, however many files it ingests, and parses
+    each once."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, "parked.arrow")
+        self._writer: pa.ipc.RecordBatchFileWriter | None = None
+        self._batches = 0
+
+    def park(self, rows: ReportRows) -> range:
+        """Park `rows`; returns the batches that hold them."""
+        if self._writer is None:
+            self._writer = pa.ipc.new_file(self.path, ROWS_SCHEMA)
+        first = self._batches
+        for batch in rows.table.to_batches():
+            self._writer.write_batch(batch)
+            self._batches += 1
+        return range(first, self._batches)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+    def rows(self, source: str, batches: range) -> Iterator[ReportRows]:
+        """The rows parked as `batches`, a batch at a time."""
+        with pa.OSFile(self.path) as file:
+            reader = pa.ipc.open_file(file)
+            for i in batches:
+                yield ReportRows(source, pa.Table.from_batches([reader.get_batch(i)]))
 
 
 class SubjectPathError(ValueError):
@@ -73,11 +112,17 @@ class Candidate:
 
     state: FileState | None
     stat: FileStat
-    content: bytes
     content_hash: str
     change: FileChange
-    rows: ReportRows
     reingest: bool
+    start: dt.datetime | None
+    end: dt.datetime | None
+    """The span of its rows' data."""
+    row_count: int
+    replaced_lines: int
+    """Of its rows, how many replace lines ingested before (an append's re-read part)."""
+    parked: range
+    """Its rows' batches in the run's ParkedRows."""
 
 
 @dataclass
@@ -146,25 +191,9 @@ class SubjectIngest:
         blacklist = control.blacklisted(self.lakehouse, self.subject)
         for source, reason in sorted(blacklist.items()):
             self._remove_blacklisted(source, reason)
-        candidates = []
-        for stat in subject_files(self.landing, self.settings, self.subject):
-            if stat.path not in blacklist:
-                candidate = self._candidate(stat, released)
-                if candidate is not None:
-                    candidates.append(candidate)
-        newest = self._newest(candidates)
-        for candidate in candidates:
-            data_end = candidate.rows.end
-            key = (candidate.stat.path, candidate.content_hash)
-            too_late = (
-                newest is not None
-                and data_end is not None
-                and newest - data_end > self.settings.lateness_horizon
-            )
-            if too_late and key not in released:
-                self._quarantine(candidate, newest)
-            else:
-                self._apply(candidate)
+        with tempfile.TemporaryDirectory(prefix="telemetry-ingest-") as parking:
+            self.parked = ParkedRows(parking)
+            self._apply_changes(blacklist, released)
 
         control.save_file_states(
             self.lakehouse,
@@ -181,6 +210,34 @@ class SubjectIngest:
             *self.report.quarantined,
         ]
         return self.report
+
+    def _apply_changes(self, blacklist: Mapping[str, str], released: set[tuple[str, str]]) -> None:
+        """Parse every changed file (rows parked), decide which are too late, and write
+        the others in one commit."""
+        candidates = []
+        for stat in subject_files(self.landing, self.settings, self.subject):
+            if stat.path not in blacklist:
+                candidate = self._candidate(stat, released)
+                if candidate is not None:
+                    candidates.append(candidate)
+        self.parked.close()
+        newest = self._newest(candidates)
+        applied = []
+        for candidate in candidates:
+            key = (candidate.stat.path, candidate.content_hash)
+            too_late = (
+                newest is not None
+                and candidate.end is not None
+                and newest - candidate.end > self.settings.lateness_horizon
+            )
+            if too_late and key not in released:
+                self._quarantine(candidate, newest)
+            else:
+                applied.append(candidate)
+        if applied:
+            version = self._write_changes(applied)
+            for candidate in applied:
+                self._applied(candidate, version)
 
     # -- deciding -----------------------------------------------------------------------
 
@@ -254,17 +311,37 @@ class SubjectIngest:
             )
             return None
         try:
-            rows = parse_report(
-                stat.path,
-                content[change.from_byte : change.end_byte],
-                first_line=change.from_line,
-                expect_header=change.expect_header,
-                latest=self.now + self.settings.max_future_skew,
-            )
+            rows = self._parse(stat.path, content, change)
         except ReportFileError as error:
             self._fail(state, stat, content_hash, error.problems)
             return None
-        return Candidate(state, stat, content, content_hash, change, rows, reingest)
+        replaced = 0
+        if change.kind == "append" and state is not None:
+            # Lines ingested before: those before the re-read part, plus its old lines.
+            old_lines = change.from_line - 1
+            old_lines += content.count(b"\n", change.from_byte, state.ingested_bytes)
+            replaced = pc.sum(pc.less_equal(rows.line, old_lines)).as_py() or 0
+        return Candidate(
+            state,
+            stat,
+            content_hash,
+            change,
+            reingest,
+            rows.start,
+            rows.end,
+            len(rows),
+            replaced,
+            self.parked.park(rows),
+        )
+
+    def _parse(self, source: str, content: bytes, change: FileChange) -> ReportRows:
+        return parse_report(
+            source,
+            content[change.from_byte : change.end_byte],
+            first_line=change.from_line,
+            expect_header=change.expect_header,
+            latest=self.now + self.settings.max_future_skew,
+        )
 
     def _newest(self, candidates: list[Candidate]) -> dt.datetime | None:
         """The subject's newest data: over ingested files and this run's changes, so the
@@ -274,7 +351,7 @@ class SubjectIngest:
             for s in self.states.values()
             if s.status == "ingested" and s.logical_end is not None
         ]
-        ends += [c.rows.end for c in candidates if c.rows.end is not None]
+        ends += [c.end for c in candidates if c.end is not None]
         return max(ends) if ends else None
 
     # -- acting -------------------------------------------------------------------------
@@ -303,36 +380,49 @@ class SubjectIngest:
         self.report.raw_version = result.version
         return result.version
 
-    def _apply(self, c: Candidate) -> None:
-        old = c.state
-        new_rows = c.rows
-        if c.change.kind == "append" and old is not None:
-            # Lines ingested before: those before the re-read part, plus its old lines.
-            old_lines = c.change.from_line - 1
-            old_lines += c.content.count(b"\n", c.change.from_byte, old.ingested_bytes)
-            replaced = sum(1 for line in new_rows.line if line <= old_lines)
-            row_count = old.rows - replaced + len(new_rows)
-            starts = [t for t in (old.logical_start, new_rows.start) if t is not None]
-            ends = [t for t in (old.logical_end, new_rows.end) if t is not None]
-        else:
-            row_count = len(new_rows)
-            starts = [t for t in (new_rows.start,) if t is not None]
-            ends = [t for t in (new_rows.end,) if t is not None]
-        # The rows replaced or added; a rewrite also removes the old rows' whole span.
-        span_points = [t for t in (new_rows.start, new_rows.end) if t is not None]
-        if c.change.kind == "rewrite" and old is not None:
-            span_points += [t for t in (old.logical_start, old.logical_end) if t is not None]
-        dirty = (min(span_points), max(span_points)) if span_points else None
-        version = self._replace_rows(
-            c.stat.path,
-            c.change.from_line,
-            new_rows.to_arrow(self.subject, control.RAW_SCHEMA),
-            content_hash=c.content_hash,
-            change=c.change.kind,
-            first_changed_line=c.change.from_line,
-            dirty_start=dirty[0].isoformat() if dirty else None,
-            dirty_end=dirty[1].isoformat() if dirty else None,
+    def _write_changes(self, changes: list[Candidate]) -> int:
+        """One commit for every applied change of the run: each file's rows from its first
+        changed line are replaced by the change's rows, streamed a file at a time."""
+        whole = [c.stat.path for c in changes if c.change.from_line == 1]
+        tails = [
+            eq("source", c.stat.path) & Compare("line", ">=", c.change.from_line)
+            for c in changes
+            if c.change.from_line > 1
+        ]
+        replaced = any_of([*([is_in("source", whole)] if whole else []), *tails])
+        spans = [span for c in changes if (span := _dirty(c)) is not None]
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for c in changes:
+                for rows in self.parked.rows(c.stat.path, c.parked):
+                    yield from rows.to_arrow(self.subject, control.RAW_SCHEMA).to_batches()
+
+        result = self.lakehouse.overwrite(
+            control.RAW,
+            Stream.of(control.RAW_SCHEMA, batches),
+            where=eq("subject_key", self.subject) & replaced,
+            metadata=self.meta(
+                subject_key=self.subject,
+                files=len(changes),
+                changes=dict(Counter(c.change.kind for c in changes)),
+                dirty_start=min(a for a, _ in spans).isoformat() if spans else None,
+                dirty_end=max(b for _, b in spans).isoformat() if spans else None,
+            ),
+            app_transaction=self._next_raw_transaction(),
         )
+        self.report.raw_version = result.version
+        return result.version
+
+    def _applied(self, c: Candidate, version: int) -> None:
+        old = c.state
+        if c.change.kind == "append" and old is not None:
+            row_count = old.rows - c.replaced_lines + c.row_count
+            starts = [t for t in (old.logical_start, c.start) if t is not None]
+            ends = [t for t in (old.logical_end, c.end) if t is not None]
+        else:
+            row_count = c.row_count
+            starts = [t for t in (c.start,) if t is not None]
+            ends = [t for t in (c.end,) if t is not None]
         state = FileState(
             source=c.stat.path,
             subject_key=self.subject,
@@ -354,6 +444,7 @@ class SubjectIngest:
             dirty_start=old.dirty_start if old else None,
             dirty_end=old.dirty_end if old else None,
         )
+        dirty = _dirty(c)
         if dirty:
             span = coalesce_span(
                 old.dirty_span if old else None, *dirty, version, reconciled_version=self.reconciled
@@ -362,13 +453,13 @@ class SubjectIngest:
         self._save(state)
         if c.reingest:
             self.handled_reingests.add(c.stat.path)
-        self.report.applied[c.stat.path] = len(new_rows)
+        self.report.applied[c.stat.path] = c.row_count
         self.report.kinds[c.stat.path] = "reingest" if c.reingest else c.change.kind
         self._event(
             c.stat.path,
             "reingest" if c.reingest else c.change.kind,
             c.content_hash,
-            rows_written=len(new_rows),
+            rows_written=c.row_count,
             raw_version=version,
             detail=f"lines {c.change.from_line}+ replaced",
         )
@@ -404,7 +495,7 @@ class SubjectIngest:
         self._event(source, "blacklisted", state.content_hash, raw_version=version, detail=reason)
 
     def _quarantine(self, c: Candidate, newest: dt.datetime) -> None:
-        data_end = c.rows.end
+        data_end = c.end
         assert data_end is not None
         reason = (
             f"data ends {data_end.isoformat()}, {newest - data_end} before the subject's "
@@ -513,6 +604,15 @@ class SubjectIngest:
                 detail,
             )
         )
+
+
+def _dirty(c: Candidate) -> tuple[dt.datetime, dt.datetime] | None:
+    """The span a change makes dirty: the rows it replaces or adds; a rewrite also removes
+    the old rows' whole span."""
+    points = [t for t in (c.start, c.end) if t is not None]
+    if c.change.kind == "rewrite" and c.state is not None:
+        points += [t for t in (c.state.logical_start, c.state.logical_end) if t is not None]
+    return (min(points), max(points)) if points else None
 
 
 def metadata_lists(report: IngestReport) -> Mapping[str, Any]:

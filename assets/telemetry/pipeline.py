@@ -245,13 +245,15 @@ def telemetry_running_totals(
     partitions_def=subjects,
     group_name=GROUP,
     kinds={"delta"},
-    deps=[telemetry_raw],
+    # After the running totals: their hour starts hold each hour's sums, so the dirty
+    # hours are read from there (one row an hour) rather than summed from raw rows again.
+    deps=[telemetry_raw, telemetry_running_totals],
 )
 def telemetry_hourly(
     context: dg.AssetExecutionContext, lakehouse: Lakehouse
 ) -> dg.MaterializeResult:
     """Per subject and UTC hour: summed counts and rows. Only hours touched by changed
-    files are recomputed."""
+    files are recomputed, from the running totals' hour starts when they are current."""
     result = _reconciled(context, lakehouse, control.HOURLY, reconcile_hourly)
     chart = (
         {"hourly_chart": hourly_chart(context.partition_key, result.written)}

@@ -12,10 +12,12 @@ by two orders of magnitude: well-formed files in Arrow, anything else line by li
 names the line of every problem.
 """
 
+from __future__ import annotations
+
 import datetime as dt
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import pyarrow as pa
@@ -59,43 +61,52 @@ def parse_timestamp(text: str) -> dt.datetime | str:
     return ts.astimezone(dt.UTC)
 
 
-@dataclass
+ROWS_SCHEMA = pa.schema(
+    [
+        ("line", pa.int64()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        *((name, pa.int64()) for name in COUNTS),
+    ]
+)
+
+
+@dataclass(frozen=True)
 class ReportRows:
-    """Parsed rows of one file (or of its re-ingested tail), in line order."""
+    """Parsed rows of one file (or of its re-ingested tail), in line order, as Arrow
+    (ROWS_SCHEMA: about 40 bytes a row)."""
 
     source: str
-    line: list[int] = field(default_factory=list)
-    ts: list[int] = field(default_factory=list)
-    """Microseconds since the epoch, UTC."""
-    in_spec: list[int] = field(default_factory=list)
-    out_of_spec: list[int] = field(default_factory=list)
-    mispicks: list[int] = field(default_factory=list)
+    table: pa.Table
+
+    @classmethod
+    def of(cls, source: str, columns: Mapping[str, Sequence[int]]) -> ReportRows:
+        """From lists: line, ts (microseconds since the epoch, UTC) and the counts."""
+        arrays = [pa.array(columns[name], pa.int64()) for name in ROWS_SCHEMA.names]
+        return cls(source, pa.Table.from_arrays(arrays, names=ROWS_SCHEMA.names).cast(ROWS_SCHEMA))
 
     def __len__(self) -> int:
-        return len(self.line)
+        return self.table.num_rows
+
+    @property
+    def line(self) -> pa.ChunkedArray:
+        return self.table["line"]
 
     @property
     def start(self) -> dt.datetime | None:
-        return EPOCH + dt.timedelta(microseconds=min(self.ts)) if self.ts else None
+        return pc.min(self.table["ts"]).as_py() if len(self) else None
 
     @property
     def end(self) -> dt.datetime | None:
-        return EPOCH + dt.timedelta(microseconds=max(self.ts)) if self.ts else None
+        return pc.max(self.table["ts"]).as_py() if len(self) else None
 
     def to_arrow(self, subject_key: str, schema: pa.Schema) -> pa.Table:
         n = len(self)
-        return pa.table(
-            {
-                "subject_key": pa.array([subject_key] * n, pa.string()),
-                "ts": pa.array(self.ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                "source": pa.array([self.source] * n, pa.string()),
-                "line": pa.array(self.line, pa.int64()),
-                "in_spec": pa.array(self.in_spec, pa.int64()),
-                "out_of_spec": pa.array(self.out_of_spec, pa.int64()),
-                "mispicks": pa.array(self.mispicks, pa.int64()),
-            },
-            schema=schema,
-        )
+        columns = {
+            "subject_key": pa.repeat(pa.scalar(subject_key, pa.string()), n),
+            "source": pa.repeat(pa.scalar(self.source, pa.string()), n),
+            **{name: self.table[name] for name in ROWS_SCHEMA.names},
+        }
+        return pa.table({name: columns[name] for name in schema.names}).cast(schema)
 
 
 class ReportFileError(ValueError):
@@ -159,7 +170,15 @@ _STRICT_TS = (
     r"^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
     r"(Z|[+-][0-9]{2}:[0-9]{2})$"
 )
-_STRICT_COUNT = r"^[0-9]{1,18}$"
+_STRICT_COUNT_DIGITS = 18
+
+
+def _strict_counts(values: pa.ChunkedArray) -> bool:
+    """Every value 1 to 18 ASCII digits (what a regex would say, at a fifth of the cost)."""
+    return bool(
+        pc.all(pc.ascii_is_decimal(values)).as_py()
+        and pc.max(pc.binary_length(values)).as_py() <= _STRICT_COUNT_DIGITS
+    )
 
 
 def parse_well_formed(
@@ -197,22 +216,18 @@ def parse_well_formed(
             or not pc.all(pc.match_substring_regex(table["ts"], _STRICT_TS)).as_py()
         ):
             return None
-        if not all(
-            pc.all(pc.match_substring_regex(table[name], _STRICT_COUNT)).as_py() for name in COUNTS
-        ):
+        if not all(_strict_counts(table[name]) for name in COUNTS):
             return None
         ts = pc.cast(table["ts"], pa.timestamp("us", tz="UTC"))
         if latest is not None and pc.max(ts).as_py() > latest:
             return None
     except pa.ArrowInvalid:  # e.g. a ragged line, or 30 February: the line parser says which
         return None
+    columns = {name: pc.cast(table[name], pa.int64()) for name in COUNTS}
+    lines_numbered = pa.array(range(first_line, first_line + lines), pa.int64())
     return ReportRows(
         source,
-        line=list(range(first_line, first_line + lines)),
-        ts=pc.cast(ts, pa.int64()).to_pylist(),
-        in_spec=pc.cast(table["in_spec"], pa.int64()).to_pylist(),
-        out_of_spec=pc.cast(table["out_of_spec"], pa.int64()).to_pylist(),
-        mispicks=pc.cast(table["mispicks"], pa.int64()).to_pylist(),
+        pa.table({"line": lines_numbered, "ts": ts, **columns}, schema=ROWS_SCHEMA),
     )
 
 
@@ -231,7 +246,7 @@ def parse_lines(
         raise ReportFileError(
             source, [Problem(source, line, f"not valid UTF-8 ({e.reason})")]
         ) from e
-    rows = ReportRows(source)
+    rows: dict[str, list[int]] = {name: [] for name in ROWS_SCHEMA.names}
     problems: list[Problem] = []
     header_seen = not expect_header
     lines = text.split("\n")[:-1]  # the text ends with a newline
@@ -264,16 +279,15 @@ def parse_lines(
             if len(problems) >= MAX_REPORTED_PROBLEMS:
                 break
             continue
-        rows.line.append(number)
-        rows.ts.append(to_micros(ts))
-        rows.in_spec.append(int(fields[1]))
-        rows.out_of_spec.append(int(fields[2]))
-        rows.mispicks.append(int(fields[3]))
+        rows["line"].append(number)
+        rows["ts"].append(to_micros(ts))
+        for name, value in zip(COUNTS, fields[1:], strict=True):
+            rows[name].append(int(value))
     if expect_header and not header_seen and not problems:
         problems.append(Problem(source, None, "no header line"))
     if problems:
         raise ReportFileError(source, problems)
-    return rows
+    return ReportRows.of(source, rows)
 
 
 ChangeKind = Literal["new", "append", "rewrite"]

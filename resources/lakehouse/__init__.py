@@ -14,6 +14,7 @@ from resources.lakehouse.port import (
     WhenMatchedDelete,
     WhenMatchedUpdate,
     WhenNotMatchedInsert,
+    spooled,
 )
 from resources.lakehouse.resource import Lakehouse
 
@@ -32,4 +33,5 @@ __all__ = [
     "WhenMatchedDelete",
     "WhenMatchedUpdate",
     "WhenNotMatchedInsert",
+    "spooled",
 ]

@@ -8,10 +8,11 @@ delta-spark on the Spark cluster), never in what a caller observes.
 from __future__ import annotations
 
 import datetime as dt
-import queue
-import threading
+import os
+import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -32,54 +33,33 @@ class Stream:
     make: Callable[[], pa.RecordBatchReader]
 
     @classmethod
-    def produced(
-        cls, schema: pa.Schema, produce: Callable[[], Iterator[pa.RecordBatch]], depth: int = 2
-    ) -> Stream:
-        """A stream of the batches `produce()` yields, computed in a thread of their own
-        at most `depth` batches ahead of the writer. The writer's engine may drive the
-        reader from inside its own runtime, where the producer could not read a table
-        (delta-rs: "Cannot start a runtime from within a runtime"); a thread has none."""
+    def of(cls, schema: pa.Schema, batches: Callable[[], Iterable[pa.RecordBatch]]) -> Stream:
+        """The batches `batches()` yields, made anew for each attempt. They are pulled by
+        the engine as it writes, from inside its own runtime (delta-rs): `batches` must
+        not read a table; rows computed from tables are `spooled` first."""
 
         def make() -> pa.RecordBatchReader:
             import pyarrow as pa
 
-            handoff: queue.Queue[Any] = queue.Queue(maxsize=depth)
-            stop = threading.Event()
-            done = object()
-
-            def offer(item: object) -> bool:
-                while not stop.is_set():
-                    try:
-                        handoff.put(item, timeout=0.1)
-                        return True
-                    except queue.Full:
-                        continue
-                return False
-
-            def run() -> None:
-                try:
-                    for batch in produce():
-                        if not offer(batch):
-                            return
-                    offer(done)
-                except BaseException as error:  # handed to the writer's side, raised there
-                    offer(error)
-
-            def batches() -> Iterator[pa.RecordBatch]:
-                thread = threading.Thread(target=run, name="lakehouse-stream", daemon=True)
-                thread.start()
-                try:
-                    while (item := handoff.get()) is not done:
-                        if isinstance(item, BaseException):
-                            raise item
-                        yield item
-                finally:
-                    stop.set()
-                    thread.join()
-
-            return pa.RecordBatchReader.from_batches(schema, batches())
+            return pa.RecordBatchReader.from_batches(schema, iter(batches()))
 
         return cls(make)
+
+
+@contextmanager
+def spooled(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> Iterator[Stream]:
+    """The batches written, one at a time as they come, to an Arrow file on local disk, as
+    a Stream that reads them back natively: however many rows they are, memory holds one
+    batch of them, and computing them (reading tables included) is done before the write
+    begins. The file is deleted on exit."""
+    import pyarrow as pa
+
+    with tempfile.TemporaryDirectory(prefix="lakehouse-spool-") as directory:
+        path = os.path.join(directory, "rows.arrow")
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+        yield Stream(lambda: pa.ipc.open_stream(pa.OSFile(path)))
 
 
 WriteMode = Literal["append", "overwrite"]

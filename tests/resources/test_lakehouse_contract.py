@@ -19,6 +19,7 @@ from resources.lakehouse import (
     WhenMatchedDelete,
     WhenMatchedUpdate,
     WhenNotMatchedInsert,
+    spooled,
 )
 from resources.lakehouse.delta_rs import DeltaRsEngine
 from resources.lakehouse.predicates import (
@@ -446,27 +447,25 @@ def test_concurrent_writers_conflict_retry_and_no_commit_is_lost(lake):
     assert len({h.metadata["commit_token"] for h in lake.history("t")}) == 17
 
 
-def test_a_stream_read_from_a_table_is_written_whole_and_again_when_a_commit_is_retried(lake):
-    """A Stream's batches are produced in a thread while the engine writes them: the
-    producer may read tables (delta-rs drives the reader inside its own runtime, where a
-    read would fail), and a writer that loses a commit race writes the rows once more."""
+def test_rows_spooled_from_a_table_are_written_whole_and_again_when_a_commit_is_retried(lake):
+    """Rows computed from a table are spooled to local disk before the write (delta-rs
+    pulls a stream from inside its runtime, where reading a table would fail or, with
+    two writers in one process, hang), and a writer that loses a commit race writes
+    them once more from the spool."""
     lake.append("src", devices([("a", 2, "x"), ("b", 2, "y")]), metadata=META)
     lake.append("t", devices([("seed", 1, "s")]), metadata=META, partition_by=["day"])
     inserted: list[int] = []
     errors: list[BaseException] = []
-
-    def batches():
-        yield from lake.read_arrow("src").cast(devices([]).schema).to_batches(max_chunksize=1)
+    schema = devices([]).schema
 
     def writer() -> None:
         try:
             for _ in range(3):
-                result = lake.overwrite(
-                    "t",
-                    Stream.produced(devices([]).schema, batches),
-                    where=eq("day", dt.date(2024, 1, 2)),
-                    metadata=META,
-                )
+                batches = lake.read_arrow("src").cast(schema).to_batches(max_chunksize=1)
+                with spooled(schema, batches) as stream:
+                    result = lake.overwrite(
+                        "t", stream, where=eq("day", dt.date(2024, 1, 2)), metadata=META
+                    )
                 inserted.append(result.metrics["rows_inserted"])
         except BaseException as error:  # noqa: BLE001 - asserted below
             errors.append(error)
@@ -475,7 +474,8 @@ def test_a_stream_read_from_a_table_is_written_whole_and_again_when_a_commit_is_
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
     assert errors == []
     assert inserted == [2] * 6
     assert rows(lake, "t") == [("a", 2, "x"), ("b", 2, "y"), ("seed", 1, "s")]
@@ -489,7 +489,7 @@ def test_a_failing_stream_commits_nothing_and_raises_its_own_error(lake):
         raise ValueError("report.csv line 7: not a number")
 
     with pytest.raises(Exception, match="report.csv line 7"):
-        lake.overwrite("t", Stream.produced(devices([]).schema, batches), metadata=META)
+        lake.overwrite("t", Stream.of(devices([]).schema, batches), metadata=META)
     assert lake.version("t") == 0
     assert rows(lake, "t") == [("a", 1, "x")]
 

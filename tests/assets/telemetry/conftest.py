@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import dagster as dg
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable, QueryBuilder
 from telemetry_history import ReportFile, write
 
 from assets.telemetry import TelemetrySettings, control, subjects
@@ -97,6 +99,15 @@ class Deployment:
             )
             for r in rows
         )
+
+    def totals_by_sql(self) -> list[tuple]:
+        """The running totals as SQL clients see them: the view's SQL, run by DataFusion
+        on the two tables."""
+        query = QueryBuilder()
+        for table in (control.WITHIN_HOUR, control.HOUR_START):
+            query.register(table, DeltaTable(self.lakehouse.uri(table)))
+        rows = pa.table(query.execute(control.RUNNING_TOTALS_SQL).read_all()).to_pylist()
+        return sorted(tuple(r.values()) for r in rows)
 
     def hourly(self) -> list[tuple]:
         rows = self.lakehouse.read_arrow(control.HOURLY).to_pylist()

@@ -1,5 +1,5 @@
-"""What data engineers rely on: no work for unchanged files, late files repaired from
-their start only, operator jobs, odd subject keys, and bad input named by file and line."""
+"""What data engineers rely on: no work for unchanged files, late files repaired in
+their own hours only, operator jobs, odd subject keys, and bad input named by file and line."""
 
 from __future__ import annotations
 

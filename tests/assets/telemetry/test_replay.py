@@ -79,6 +79,7 @@ def test_every_delivery_converges_to_the_independent_totals(deployment, delivery
     delivery(deployment)
     assert deployment.run_pending() == []  # settled: nothing left to do
     assert deployment.totals() == expected_totals(FILES)
+    assert deployment.totals_by_sql() == deployment.totals()  # every reader, the same rows
     assert deployment.hourly() == expected_hourly(FILES)
     assert len(deployment.raw()) == sum(len(f.rows) for f in FILES)
     assert {s.status for s in deployment.states().values()} == {"ingested"}

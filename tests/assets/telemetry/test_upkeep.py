@@ -30,16 +30,19 @@ def compact(deployment) -> dict:
 
 @pytest.mark.long_on_delta_spark
 def test_compaction_bin_packs_small_files_and_changes_no_row(deployment):
-    deployment.deliver(f for f in FILES if f not in LATE)
-    assert len(deployment.run_pending()) == 2
+    on_time = [f for f in FILES if f not in LATE]
+    waves = [on_time[i::3] for i in range(3)]
+    for wave in waves:
+        deployment.deliver(wave)
+        assert len(deployment.run_pending()) == 2
     raw, totals = deployment.raw(), deployment.totals()
     raw_version = deployment.lakehouse.version(control.RAW)
 
     compacted = compact(deployment)
 
-    # One small file per applied change (22) becomes one file.
+    # One small file per run of a subject (3 waves of 2 subjects) becomes one file.
     assert (compacted[control.RAW]["files_removed"], compacted[control.RAW]["files_added"]) == (
-        len(FILES) - len(LATE),
+        len(waves) * 2,
         1,
     )
     assert compacted[control.RAW]["delta_version"] == raw_version + 1
