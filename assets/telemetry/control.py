@@ -36,6 +36,7 @@ from resources.lakehouse.predicates import (
     IsTrue,
     Not,
     all_of,
+    any_of,
     eq,
     from_source,
     is_in,
@@ -309,15 +310,23 @@ def reconciled_versions(lakehouse: Lakehouse, subject_keys: Sequence[str]) -> di
     return lowest
 
 
-def rows_by_hour(lakehouse: Lakehouse, subject_key: str) -> dict[dt.datetime, float]:
-    """The subject's raw rows per UTC hour as the file states tell them (each file's rows
-    spread evenly over the hours its data spans): an estimate to plan scans by, from one
-    small read."""
+def rows_by_hour(
+    lakehouse: Lakehouse, subject_key: str, ranges: Sequence[tuple[dt.datetime, dt.datetime]] | None
+) -> dict[dt.datetime, float]:
+    """The subject's raw rows per UTC hour within the hour `ranges` (None: all), as the
+    file states tell them (each file's rows spread evenly over the hours its data spans):
+    an estimate to plan scans by, from one small read of the files overlapping them."""
     if not lakehouse.exists(FILE_STATE):
         return {}
+    overlapping = None
+    if ranges is not None:
+        overlapping = any_of(
+            Compare("logical_end", ">=", start) & Compare("logical_start", "<", end)
+            for start, end in ranges
+        )
     states = lakehouse.read_arrow(
         FILE_STATE,
-        where=eq("subject_key", subject_key) & Compare("rows", ">", 0),
+        where=all_of((eq("subject_key", subject_key), Compare("rows", ">", 0), overlapping)),
         columns=["logical_start", "logical_end", "rows"],
     ).to_pylist()
     estimate: dict[dt.datetime, float] = {}

@@ -18,9 +18,12 @@ from assets.telemetry.reconcile import (
     HourRange,
     Window,
     by_hour,
+    carry_of,
     dirty_frontier,
     hour_starts,
     hours_within,
+    merge_sums,
+    pending_spans,
     plan_windows,
     touched_hour_ranges,
 )
@@ -37,9 +40,10 @@ from resources.lakehouse.predicates import (
 )
 
 Regime = Literal["up_to_date", "first", "append", "late", "from_zero"]
-# Raw rows held in memory at once while recomputing (about 100 bytes each with their
-# derived columns): a subject's history of any length is read this many rows at a time.
-WINDOW_ROWS = 2_000_000
+# Raw rows held in memory at once while recomputing (a few hundred bytes each, with
+# their sorted copy and derived columns): a subject's history of any length, and an
+# hour of any size, is read this many rows at a time.
+WINDOW_ROWS = 1_000_000
 Metadata = Callable[..., dict[str, Any]]
 
 
@@ -87,23 +91,33 @@ class Pending:
 
 
 def _pending(
-    lakehouse: Lakehouse, table: str, subject: str, log: Callable[[str], None]
-) -> Pending | None:
+    lakehouse: Lakehouse, tables: Sequence[str], subject: str, log: Callable[[str], None]
+) -> list[Pending | None]:
+    """What each of `tables` has still to take in for `subject` (None: nothing), from one
+    read of the dirty spans."""
     raw_version = lakehouse.version(control.RAW)
-    reflected = lakehouse.app_transaction_version(table, app_id(subject))
-    spans = control.dirty_spans(lakehouse, subject, reflected)
-    if raw_version is None or not spans:
-        return None
-    lost = _lost_history(lakehouse, table, subject, reflected)
-    if lost:
-        log(lost)
-    whole = bool(lost) or reflected is None
-    return Pending(
-        raw_version,
-        None if whole else touched_hour_ranges(spans),
-        None if whole else dirty_frontier(spans),
-        lost,
-    )
+    reflected = [lakehouse.app_transaction_version(t, app_id(subject)) for t in tables]
+    oldest = None if None in reflected else min(reflected)  # type: ignore[type-var]
+    every_span = control.dirty_spans(lakehouse, subject, oldest)
+    pending: list[Pending | None] = []
+    for table, version in zip(tables, reflected, strict=True):
+        spans = pending_spans(every_span, version)
+        if raw_version is None or not spans:
+            pending.append(None)
+            continue
+        lost = _lost_history(lakehouse, table, subject, version)
+        if lost:
+            log(lost)
+        whole = bool(lost) or version is None
+        pending.append(
+            Pending(
+                raw_version,
+                None if whole else touched_hour_ranges(spans),
+                None if whole else dirty_frontier(spans),
+                lost,
+            )
+        )
+    return pending
 
 
 def _lost_history(lakehouse: Lakehouse, table: str, subject: str, reflected: int | None) -> str:
@@ -125,8 +139,9 @@ def _scan(
 ) -> Iterator[tuple[pa.Table, pa.Table]]:
     """(within, sums) of the pending hours' raw rows (`by_hour`), one window at a time."""
     windows: Sequence[Window] = plan_windows(
-        control.rows_by_hour(lakehouse, subject), pending.ranges, WINDOW_ROWS
+        control.rows_by_hour(lakehouse, subject, pending.ranges), pending.ranges, WINDOW_ROWS
     )
+    carry = None
     for start, end in windows:
         rows = lakehouse.read_arrow(
             control.RAW,
@@ -134,7 +149,11 @@ def _scan(
             where=all_of((eq("subject_key", subject), within("ts", start, end))),
         )
         if rows.num_rows:
-            yield by_hour(rows)
+            rows_within, sums = by_hour(rows, carry)
+            del rows  # one window's rows held at a time
+            carry = carry_of(rows_within) or carry
+            yield rows_within, sums
+            del rows_within
 
 
 def _regime(pending: Pending, later_rows: bool) -> Regime:
@@ -153,8 +172,9 @@ def reconcile_totals(
     hour on (one row per hour)."""
     for table in (control.WITHIN_HOUR, control.HOUR_START):
         control.ensure_table(lakehouse, table, metadata())
-    rows_pending = _pending(lakehouse, control.WITHIN_HOUR, subject, log)
-    starts_pending = _pending(lakehouse, control.HOUR_START, subject, log)
+    rows_pending, starts_pending = _pending(
+        lakehouse, (control.WITHIN_HOUR, control.HOUR_START), subject, log
+    )
     if rows_pending is None and starts_pending is None:
         reflected = lakehouse.app_transaction_version(control.HOUR_START, app_id(subject))
         return Reconciled("up_to_date", reflected)
@@ -170,6 +190,7 @@ def reconcile_totals(
                 if share:
                     sums.append(hour_sums)
                 yield from rows.cast(control.WITHIN_HOUR_SCHEMA).to_batches()
+                del rows
 
         with spooled(control.WITHIN_HOUR_SCHEMA, batches()) as rows:
             commit = lakehouse.overwrite(
@@ -183,20 +204,20 @@ def reconcile_totals(
         replaced = commit.metrics["rows_deleted"]
     pending = starts_pending or rows_pending
     assert pending is not None
-    later = 0
+    merged = merge_sums(sums, control.HOURLY_SCHEMA)
+    later = rewritten = 0
     if starts_pending is not None:
         if not sums:
-            sums.extend(s for _, s in _scan(lakehouse, subject, starts_pending))
-        commit, rewritten, later = _rebase(lakehouse, subject, starts_pending, sums, metadata)
-    else:
-        rewritten = 0
+            parts = [part for _, part in _scan(lakehouse, subject, starts_pending)]
+            merged = merge_sums(parts, control.HOURLY_SCHEMA)
+        commit, rewritten, later = _rebase(lakehouse, subject, starts_pending, merged, metadata)
     return Reconciled(
         _regime(pending, later > 0 or replaced > 0),
         pending.raw_version,
         recomputed,
         replaced,
         pending.frontier,
-        sum(s.num_rows for s in sums),
+        merged.num_rows,
         commit,
         pending.lost,
         hour_starts_rewritten=rewritten,
@@ -207,14 +228,13 @@ def _rebase(
     lakehouse: Lakehouse,
     subject: str,
     pending: Pending,
-    sums: Sequence[pa.Table],
+    fresh: pa.Table,
     metadata: Metadata,
 ) -> tuple[CommitResult, int, int]:
     """Rewrite the subject's hour starts from its first dirty hour on, the dirty hours'
-    sums taken from `sums` and every other hour's from the table. Returns the commit, the
+    sums taken from `fresh` and every other hour's from the table. Returns the commit, the
     rows it wrote, and how many of them lie after the dirty hours."""
     subject_rows = eq("subject_key", subject)
-    fresh = [s.cast(control.HOURLY_SCHEMA) for s in sums]
     first = last = None
     stored = control.HOURLY_SCHEMA.empty_table()
     if pending.ranges is not None:
@@ -223,7 +243,7 @@ def _rebase(
             control.HOUR_START, where=subject_rows, columns=control.HOURLY_SCHEMA.names
         ).cast(control.HOURLY_SCHEMA)
         stored = stored.filter(pc.invert(_hours_in(stored["hour"], pending.ranges)))
-    every = hour_starts(pa.concat_tables([stored, *fresh]), control.HOUR_START_SCHEMA)
+    every = hour_starts(pa.concat_tables([stored, fresh]), control.HOUR_START_SCHEMA)
     written = every if first is None else every.filter(_at_or_after(every["hour"], first))
     later = 0 if last is None else written.filter(_at_or_after(written["hour"], last)).num_rows
     commit = lakehouse.overwrite(
@@ -245,33 +265,30 @@ def _hours_in(hours: pa.ChunkedArray, ranges: Sequence[HourRange]) -> pa.Chunked
     return functools.reduce(pc.or_, masks)
 
 
-def _hour_sums(lakehouse: Lakehouse, subject: str, pending: Pending) -> list[pa.Table]:
+def _hour_sums(lakehouse: Lakehouse, subject: str, pending: Pending) -> pa.Table:
     """The pending hours' sums: read from the hour starts when they reflect the same raw
     version (the running totals ran first in the run, as the job orders them: one row
     per hour instead of every raw row), else summed from the raw rows."""
     hour_starts_version = lakehouse.app_transaction_version(control.HOUR_START, app_id(subject))
     if hour_starts_version != pending.raw_version:
-        return [s for _, s in _scan(lakehouse, subject, pending)]
+        parts = [sums for _, sums in _scan(lakehouse, subject, pending)]
+        return merge_sums(parts, control.HOURLY_SCHEMA)
     where = all_of((eq("subject_key", subject), pending.where))
-    return [
-        lakehouse.read_arrow(control.HOUR_START, where=where, columns=control.HOURLY_SCHEMA.names)
-    ]
+    stored = lakehouse.read_arrow(
+        control.HOUR_START, where=where, columns=control.HOURLY_SCHEMA.names
+    )
+    return stored.cast(control.HOURLY_SCHEMA).sort_by([("hour", "ascending")])
 
 
 def reconcile_hourly(
     lakehouse: Lakehouse, subject: str, metadata: Metadata, log: Callable[[str], None]
 ) -> Reconciled:
     control.ensure_table(lakehouse, control.HOURLY, metadata())
-    pending = _pending(lakehouse, control.HOURLY, subject, log)
+    (pending,) = _pending(lakehouse, (control.HOURLY,), subject, log)
     if pending is None:
         reflected = lakehouse.app_transaction_version(control.HOURLY, app_id(subject))
         return Reconciled("up_to_date", reflected)
-    sums = _hour_sums(lakehouse, subject, pending)
-    hourly = (
-        pa.concat_tables(sums).cast(control.HOURLY_SCHEMA)
-        if sums
-        else control.HOURLY_SCHEMA.empty_table()
-    )
+    hourly = _hour_sums(lakehouse, subject, pending)
     commit = lakehouse.overwrite(
         control.HOURLY,
         hourly,
@@ -283,7 +300,7 @@ def reconcile_hourly(
         "from_zero" if pending.lost else ("first" if pending.ranges is None else "late")
     )
     hours = hourly.num_rows if pending.ranges is None else hours_within(pending.ranges)
-    rows = sum(pc.sum(s["rows"]).as_py() or 0 for s in sums)
+    rows = pc.sum(hourly["rows"]).as_py() or 0
     return Reconciled(
         regime, pending.raw_version, rows, 0, None, hours, commit, pending.lost, hourly
     )

@@ -12,6 +12,7 @@ applied after that version is still to reconcile:
 """
 
 import datetime as dt
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -83,14 +84,21 @@ Window = tuple[dt.datetime | None, dt.datetime | None]
 """A half-open time window [start, end); None leaves that side open."""
 
 
-def by_hour(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """The raw `rows` of whole hours (of one subject) as (within, sums):
+Seed = tuple[int, int, int]
+Carry = tuple[dt.datetime, Seed]
+"""An hour split across windows, and its counts summed over the rows already seen."""
+
+
+def by_hour(rows: pa.Table, carry: Carry | None = None) -> tuple[pa.Table, pa.Table]:
+    """The raw `rows` of a window (of one subject) as (within, sums):
 
     - within: each row with its hour and its counts summed from the start of that hour,
       ordered by ts, source, line (columns subject_key, hour, ts, source, line,
-      hour_cum_<count>);
-    - sums: per hour, the counts summed and the number of rows (subject_key, hour,
-      <count>, rows), ordered by hour.
+      hour_cum_<count>); when the window begins inside the hour of `carry`, that hour's
+      sums go on from the carried ones;
+    - sums: per hour, the counts of these rows summed and their number (subject_key,
+      hour, <count>, rows), ordered by hour: an hour split across windows has a part in
+      each (`merge_sums` adds them up).
 
     Vectorized: one sort, NumPy prefix sums, differences at the hours' boundaries."""
     ordered = rows.sort_by(ORDER)
@@ -103,6 +111,7 @@ def by_hour(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
     )
     lengths = np.diff(np.r_[starts, len(micros)]).astype(np.int64)
     first_of_hour = hours.take(pa.array(starts, pa.int64()))
+    carried = carry is not None and len(micros) and first_of_hour[0].as_py() == carry[0]
     subject = ordered["subject_key"]
     within = {
         "subject_key": subject,
@@ -110,14 +119,43 @@ def by_hour(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
         **{name: ordered[name] for name in ("ts", "source", "line")},
     }
     sums = {"subject_key": subject.take(pa.array(starts, pa.int64())), "hour": first_of_hour}
-    for name in COUNTS:
+    for i, name in enumerate(COUNTS):
         cumulative = np.cumsum(ordered[name].to_numpy(zero_copy_only=False), dtype=np.int64)
         before = np.r_[np.int64(0), cumulative][starts]
-        within[f"hour_cum_{name}"] = pa.array(cumulative - np.repeat(before, lengths))
-        ends = np.r_[before[1:], cumulative[-1:]] if len(cumulative) else before
-        sums[name] = pa.array(ends - before, pa.int64())
+        in_hour = cumulative - np.repeat(before, lengths)
+        if carried:
+            in_hour[: lengths[0]] += carry[1][i]  # type: ignore[index]
+        within[f"hour_cum_{name}"] = pa.array(in_hour)
+        sums[name] = pa.array(_group_totals(ordered[name], starts), pa.int64())
     sums["rows"] = pa.array(lengths, pa.int64())
     return pa.table(within), pa.table(sums)
+
+
+def _group_totals(values: pa.ChunkedArray, starts: np.ndarray) -> np.ndarray:
+    """Sums of consecutive groups of `values` beginning at `starts`."""
+    array = values.to_numpy(zero_copy_only=False)
+    return np.add.reduceat(array, starts) if len(starts) else np.zeros(0, np.int64)
+
+
+def carry_of(within: pa.Table) -> Carry | None:
+    """What the next window of a split hour goes on from: the last row's hour and sums."""
+    if within.num_rows == 0:
+        return None
+    last = within.slice(within.num_rows - 1).to_pylist()[0]
+    return last["hour"], tuple(last[f"hour_cum_{name}"] for name in COUNTS)  # type: ignore[return-value]
+
+
+def merge_sums(parts: Sequence[pa.Table], schema: pa.Schema) -> pa.Table:
+    """The hour sums of several windows as one row per hour (split hours added up)."""
+    if not parts:
+        return schema.empty_table()
+    merged = (
+        pa.concat_tables([part.cast(schema) for part in parts])
+        .group_by(["subject_key", "hour"])
+        .aggregate([(name, "sum") for name in (*COUNTS, "rows")])
+    )
+    renamed = merged.rename_columns({f"{name}_sum": name for name in (*COUNTS, "rows")})
+    return renamed.select(schema.names).cast(schema).sort_by([("hour", "ascending")])
 
 
 def hour_starts(sums: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -135,20 +173,31 @@ def hour_starts(sums: pa.Table, schema: pa.Schema) -> pa.Table:
 def plan_windows(
     rows_by_hour: dict[dt.datetime, float], ranges: Sequence[HourRange] | None, budget: int
 ) -> list[Window]:
-    """Cut the hour `ranges` (None: all of time) into windows of whole hours, each
-    expected to hold at most `budget` rows by `rows_by_hour` (an hour above the budget
-    is a window of its own), so a scan holds one window's rows at a time."""
+    """Cut the hour `ranges` (None: all of time) into consecutive windows, each expected
+    to hold at most `budget` rows by `rows_by_hour`, so a scan holds one window's rows at
+    a time: quiet hours are gathered into one window, a busy hour is cut into equal
+    parts (`by_hour` carries its sums from one part to the next)."""
     spans: list[Window] = [(None, None)] if ranges is None else list(ranges)
     windows: list[Window] = []
     for start, end in spans:
-        cut, held = start, 0.0
+        cut: dt.datetime | None = start
+        held = 0.0
         for hour in sorted(rows_by_hour):
             if (start is not None and hour < start) or (end is not None and hour >= end):
                 continue
-            if held and held + rows_by_hour[hour] > budget:
+            estimate = rows_by_hour[hour]
+            if estimate > budget:
+                parts = math.ceil(estimate / budget)
+                if cut is None or cut < hour:
+                    windows.append((cut, hour))
+                step = HOUR / parts
+                windows += [(hour + i * step, hour + (i + 1) * step) for i in range(parts - 1)]
+                cut, held = hour + (parts - 1) * step, estimate / parts
+                continue
+            if held and held + estimate > budget:
                 windows.append((cut, hour))
                 cut, held = hour, 0.0
-            held += rows_by_hour[hour]
+            held += estimate
         windows.append((cut, end))
     return windows
 

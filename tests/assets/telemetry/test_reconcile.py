@@ -5,14 +5,17 @@ from __future__ import annotations
 import datetime as dt
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from assets.telemetry.control import HOUR_START_SCHEMA, RAW_SCHEMA
+from assets.telemetry.control import HOUR_START_SCHEMA, HOURLY_SCHEMA, RAW_SCHEMA
 from assets.telemetry.reconcile import (
     DirtySpan,
     by_hour,
+    carry_of,
     coalesce_span,
     dirty_frontier,
     hour_starts,
+    merge_sums,
     pending_spans,
     plan_windows,
     touched_hour_ranges,
@@ -77,13 +80,18 @@ def test_an_hour_starts_from_the_totals_of_every_hour_before_it_whatever_their_o
     ]
 
 
-def test_scans_are_cut_at_hour_boundaries_within_the_budget_and_cover_every_dirty_hour():
+def test_scans_gather_quiet_hours_cut_busy_ones_and_cover_every_dirty_hour():
     estimate = {at(0): 600.0, at(60): 600.0, at(120): 600.0, at(180): 5000.0, at(240): 10.0}
     assert plan_windows(estimate, None, 1000) == [
         (None, at(60)),
         (at(60), at(120)),
         (at(120), at(180)),
-        (at(180), at(240)),
+        # 5,000 rows in an hour: five windows of 12 minutes, the last open to later hours.
+        (at(180), at(192)),
+        (at(192), at(204)),
+        (at(204), at(216)),
+        (at(216), at(228)),
+        (at(228), at(240)),
         (at(240), None),
     ]
     assert plan_windows(estimate, [(at(60), at(180)), (at(240), at(300))], 2000) == [
@@ -92,6 +100,27 @@ def test_scans_are_cut_at_hour_boundaries_within_the_budget_and_cover_every_dirt
     ]
     # Hours the estimate does not know (files without states) are still covered.
     assert plan_windows({}, None, 1000) == [(None, None)]
+
+
+def test_an_hour_cut_across_windows_sums_exactly_as_in_one():
+    rows = raw([(at(m), "a", m + 2, m, 1, m % 2) for m in range(0, 120, 7)])
+    whole_within, whole_sums = by_hour(rows)
+    parts, sums, carry = [], [], None
+    for start, end in [(0, 20), (20, 50), (50, 61), (61, 120)]:  # cut inside both hours
+        part = rows.filter(
+            pc.and_(
+                pc.greater_equal(rows["ts"], pa.scalar(at(start), rows["ts"].type)),
+                pc.less(rows["ts"], pa.scalar(at(end), rows["ts"].type)),
+            )
+        )
+        part_within, part_sums = by_hour(part, carry)
+        carry = carry_of(part_within) or carry
+        parts.append(part_within)
+        sums.append(part_sums)
+    assert pa.concat_tables(parts).to_pylist() == whole_within.to_pylist()
+    assert merge_sums(sums, HOURLY_SCHEMA).to_pylist() == (
+        whole_sums.cast(HOURLY_SCHEMA).to_pylist()
+    )
 
 
 def test_only_spans_after_the_reflected_version_are_dirty_and_they_coalesce_to_one_frontier():
