@@ -218,8 +218,8 @@ SCHEMAS: Mapping[str, pa.Schema] = {
     QUARANTINE: QUARANTINE_SCHEMA,
 }
 
-# Every run commits to these tables a few times per file change, and every read loads
-# the log: a checkpoint every 10 commits (not 100) keeps a load to a few JSON files.
+# Every run commits to these tables, and every read loads the log: a checkpoint every
+# 10 commits (not 100) keeps a load to a few JSON files.
 FREQUENT_CHECKPOINTS = {"delta.checkpointInterval": "10"}
 # Raw rows are replaced from a line onwards, in-hour totals by the hour. Writers cut their
 # output into files of this size, each covering a narrow range of lines or hours, so a

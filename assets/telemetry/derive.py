@@ -29,7 +29,7 @@ from assets.telemetry.reconcile import (
 )
 from assets.telemetry.subjects import app_id
 from resources import Lakehouse
-from resources.lakehouse import AppTransaction, CommitResult, spooled
+from resources.lakehouse import AppTransaction, CommitResult, Stream, spooled
 from resources.lakehouse.predicates import (
     Predicate,
     all_of,
@@ -60,6 +60,8 @@ class Reconciled:
     written: pa.Table | None = None
     """The hours this run recomputed (their sums), for the hourly chart."""
     hour_starts_rewritten: int = 0
+    rows_commit: CommitResult | None = None
+    """The running totals' commit of in-hour rows (`commit` is then that of hour starts)."""
 
     def progress(self) -> dict[str, object]:
         """What a progress line says of it."""
@@ -156,6 +158,28 @@ def _scan(
             del rows_within
 
 
+def _replace(
+    lakehouse: Lakehouse,
+    table: str,
+    rows: pa.Table | Stream,
+    subject: str,
+    pending: Pending,
+    metadata: Metadata,
+    *,
+    hours: Predicate | None = None,
+) -> CommitResult:
+    """Replace the subject's rows of `table` in the pending hours (or in `hours`) by `rows`,
+    recording the raw version they reflect, in one commit."""
+    selected = pending.where if hours is None else hours
+    return lakehouse.overwrite(
+        table,
+        rows,
+        where=all_of((eq("subject_key", subject), selected)),
+        metadata=metadata(subject_key=subject, raw_version=pending.raw_version),
+        app_transaction=AppTransaction(app_id(subject), pending.raw_version),
+    )
+
+
 def _regime(pending: Pending, later_rows: bool) -> Regime:
     if pending.lost:
         return "from_zero"
@@ -179,7 +203,7 @@ def reconcile_totals(
         reflected = lakehouse.app_transaction_version(control.HOUR_START, app_id(subject))
         return Reconciled("up_to_date", reflected)
     sums: list[pa.Table] = []
-    recomputed, replaced, commit = 0, 0, None
+    recomputed, replaced, commit, rows_commit = 0, 0, None, None
     if rows_pending is not None:
         # The hour sums come with the rows when both tables lag the same way (always,
         # unless a run failed between the two writes).
@@ -193,12 +217,8 @@ def reconcile_totals(
                 del rows
 
         with spooled(control.WITHIN_HOUR_SCHEMA, batches()) as rows:
-            commit = lakehouse.overwrite(
-                control.WITHIN_HOUR,
-                rows,
-                where=all_of((eq("subject_key", subject), rows_pending.where)),
-                metadata=metadata(subject_key=subject, raw_version=rows_pending.raw_version),
-                app_transaction=AppTransaction(app_id(subject), rows_pending.raw_version),
+            commit = rows_commit = _replace(
+                lakehouse, control.WITHIN_HOUR, rows, subject, rows_pending, metadata
             )
         recomputed = commit.metrics["rows_inserted"]
         replaced = commit.metrics["rows_deleted"]
@@ -221,6 +241,7 @@ def reconcile_totals(
         commit,
         pending.lost,
         hour_starts_rewritten=rewritten,
+        rows_commit=rows_commit,
     )
 
 
@@ -246,12 +267,14 @@ def _rebase(
     every = hour_starts(pa.concat_tables([stored, fresh]), control.HOUR_START_SCHEMA)
     written = every if first is None else every.filter(_at_or_after(every["hour"], first))
     later = 0 if last is None else written.filter(_at_or_after(written["hour"], last)).num_rows
-    commit = lakehouse.overwrite(
+    commit = _replace(
+        lakehouse,
         control.HOUR_START,
         written,
-        where=all_of((subject_rows, within("hour", first, None))),
-        metadata=metadata(subject_key=subject, raw_version=pending.raw_version),
-        app_transaction=AppTransaction(app_id(subject), pending.raw_version),
+        subject,
+        pending,
+        metadata,
+        hours=within("hour", first, None),
     )
     return commit, written.num_rows, later
 
@@ -289,13 +312,7 @@ def reconcile_hourly(
         reflected = lakehouse.app_transaction_version(control.HOURLY, app_id(subject))
         return Reconciled("up_to_date", reflected)
     hourly = _hour_sums(lakehouse, subject, pending)
-    commit = lakehouse.overwrite(
-        control.HOURLY,
-        hourly,
-        where=all_of((eq("subject_key", subject), pending.where)),
-        metadata=metadata(subject_key=subject, raw_version=pending.raw_version),
-        app_transaction=AppTransaction(app_id(subject), pending.raw_version),
-    )
+    commit = _replace(lakehouse, control.HOURLY, hourly, subject, pending, metadata)
     regime: Regime = (
         "from_zero" if pending.lost else ("first" if pending.ranges is None else "late")
     )

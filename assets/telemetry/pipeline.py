@@ -24,8 +24,8 @@ from resources import Lakehouse, LandingZone
 from resources.lakehouse import StaleWriteError
 
 GROUP = "telemetry"
-# Waits of 2, 4, 8, 16, 32 s: a winner still working through its batch (one commit per
-# file, about 0.6 s each through Spark) is done before the loser gives up.
+# Waits of 2, 4, 8, 16, 32 s: a winner still working through a large batch (a few
+# commits, each up to seconds through Spark) is done before the loser gives up.
 STALE_RETRIES = 5
 STALE_FIRST_WAIT_SECONDS = 2
 
@@ -225,9 +225,18 @@ def telemetry_running_totals(
         "stored_in": dg.MetadataValue.json([control.WITHIN_HOUR, control.HOUR_START]),
         "latest_rows": _latest_rows(lakehouse, subject),
     }
-    # The relation users read is the view, whatever table the last commit went to.
-    view = {
+    view = _view_metadata(lakehouse, result, subject)
+    return _derived_result(lakehouse, control.TOTALS, result, subject, shown, view)
+
+
+def _view_metadata(lakehouse: Lakehouse, result: Reconciled, subject: str) -> dict[str, Any]:
+    """The metadata of the relation users read (the view), over that of the last commit
+    (the hour starts'): its name, columns and rows, and what each table's commit did."""
+    rows_uri = lakehouse.uri(control.WITHIN_HOUR)
+    view: dict[str, Any] = {
         TABLE_NAME: control.TOTALS,
+        "table_uri": dg.MetadataValue.path(rows_uri),
+        "dagster/uri": rows_uri,
         "dagster/table_name": control.TOTALS,
         "dagster/column_schema": dg.TableSchema(
             columns=[
@@ -238,7 +247,35 @@ def telemetry_running_totals(
             ]
         ),
     }
-    return _derived_result(lakehouse, control.TOTALS, result, subject, shown, view)
+    if result.commit is not None:
+        view["summary"] = _totals_summary(result, subject)
+    if result.rows_commit is not None:
+        view["within_hour_version"] = dg.MetadataValue.int(result.rows_commit.version)
+        for metric, value in result.rows_commit.metrics.items():
+            view[metric] = dg.MetadataValue.int(value)
+    facts = lakehouse.table_facts(control.WITHIN_HOUR)
+    if facts is not None and facts.rows is not None:
+        view["dagster/row_count"] = dg.MetadataValue.int(facts.rows)  # the view's rows
+    return view
+
+
+def _totals_summary(result: Reconciled, subject: str) -> dg.MetadataValue:
+    """What a running totals run did to each of its two tables."""
+    parts = []
+    if result.rows_commit is not None:
+        parts.append(
+            f"{result.rows_recomputed:,} rows recomputed ({result.rows_replaced:,} replaced) "
+            f"in `{control.WITHIN_HOUR}`, version {result.rows_commit.version}"
+        )
+    if result.commit is not None and result.commit is not result.rows_commit:
+        parts.append(
+            f"{result.hour_starts_rewritten:,} hour starts rewritten in "
+            f"`{control.HOUR_START}`, version {result.commit.version}"
+        )
+    return dg.MetadataValue.md(
+        f"**{result.regime}** on partition `{subject}` of `{control.TOTALS}` (a view over "
+        f"two tables):  \n" + "; ".join(parts) + "."
+    )
 
 
 @dg.asset(

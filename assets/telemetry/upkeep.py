@@ -1,6 +1,6 @@
-"""Keeping the telemetry tables quick to read. Every applied file change is a commit with
-a small file in `telemetry_raw` and the derived and control tables, thousands an hour;
-an hourly compaction bin-packs them into files of each table's target size."""
+"""Keeping the telemetry tables quick to read. Every run of a subject commits a few small
+files to `telemetry_raw` and the derived and control tables, thousands an hour; an hourly
+compaction bin-packs them into files of each table's target size."""
 
 import dagster as dg
 

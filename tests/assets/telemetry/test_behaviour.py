@@ -76,6 +76,15 @@ def test_a_late_file_recomputes_only_the_totals_of_its_hours_and_one_row_per_lat
     assert totals["rows_recomputed"] == in_its_hours
     assert totals["rows_replaced"] == in_its_hours - len(late.rows)
     assert totals["hour_starts_rewritten"] == sum(1 for h in later_hours if h >= first)
+    # The materialization describes the view users read, with its latest rows read
+    # through it, and what each of its two tables' commits did.
+    everything = expected_totals(FILES)
+    assert totals["table_name"] == totals["dagster/table_name"] == "telemetry_running_totals"
+    assert totals["dagster/row_count"] == len(everything)
+    last = everything[-1]
+    assert f"| {last[3]} | {last[4]:,} | {last[5]:,} | {last[6]:,} |" in totals["latest_rows"]
+    assert "telemetry_totals_within_hour" in totals["summary"]
+    assert "telemetry_totals_hour_start" in totals["summary"]
     hourly = deployment.metadata(run, "telemetry_hourly")
     assert hourly["hours_recomputed"] == 4  # the late file covers 4 hours: only those
     # The chart on the materialization shows those hours, with their counts.

@@ -21,7 +21,7 @@ SUBJECTS = ["Tool01", 'Tool 02 "west"', "Prüfstand-ß"]
 @pytest.fixture(
     params=[
         "delta-rs",
-        # Each replay is dozens of runs and hundreds of small commits, about 0.6 s each
+        # Each replay is dozens of runs of several small commits, about 0.6 s each
         # through Spark: on delta-spark they run with `make test-slow` (test_behaviour
         # covers every telemetry behaviour on both engines in `make test`).
         pytest.param("delta-spark", marks=[pytest.mark.delta_spark, pytest.mark.slow]),
