@@ -90,17 +90,6 @@ WITHIN_HOUR_SCHEMA = _schema(
     ("hour_cum_out_of_spec", pa.int64(), False),
     ("hour_cum_mispicks", pa.int64(), False),
 )
-HOUR_START_SCHEMA = _schema(
-    ("subject_key", pa.string(), False),
-    ("hour", UTC_TS, False),
-    ("in_spec", pa.int64(), False),
-    ("out_of_spec", pa.int64(), False),
-    ("mispicks", pa.int64(), False),
-    ("rows", pa.int64(), False),
-    ("start_in_spec", pa.int64(), False),
-    ("start_out_of_spec", pa.int64(), False),
-    ("start_mispicks", pa.int64(), False),
-)
 HOURLY_SCHEMA = _schema(
     ("subject_key", pa.string(), False),
     ("hour", UTC_TS, False),
@@ -108,6 +97,17 @@ HOURLY_SCHEMA = _schema(
     ("out_of_spec", pa.int64(), False),
     ("mispicks", pa.int64(), False),
     ("rows", pa.int64(), False),
+)
+# An hour's sums (as in telemetry_hourly) and the totals of every row before the hour.
+HOUR_START_SCHEMA = pa.schema(
+    [
+        *HOURLY_SCHEMA,
+        *_schema(
+            ("start_in_spec", pa.int64(), False),
+            ("start_out_of_spec", pa.int64(), False),
+            ("start_mispicks", pa.int64(), False),
+        ),
+    ]
 )
 
 Status = Literal["ingested", "waiting", "retrying", "failed", "quarantined", "blacklisted"]
