@@ -22,7 +22,7 @@ import datetime as dt
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -75,12 +75,14 @@ class ParkedRows:
         if self._writer is not None:
             self._writer.close()
 
-    def rows(self, source: str, batches: range) -> Iterator[ReportRows]:
-        """The rows parked as `batches`, a batch at a time."""
+    def rows(self, parked: Iterable[tuple[str, range]]) -> Iterator[ReportRows]:
+        """The rows of each (source, batches) parked, a batch at a time, from one opening
+        of the file (its footer lists every batch of the run)."""
         with pa.OSFile(self.path) as file:
             reader = pa.ipc.open_file(file)
-            for i in batches:
-                yield ReportRows(source, pa.Table.from_batches([reader.get_batch(i)]))
+            for source, batches in parked:
+                for i in batches:
+                    yield ReportRows(source, pa.Table.from_batches([reader.get_batch(i)]))
 
 
 class SubjectPathError(ValueError):
@@ -393,9 +395,8 @@ class SubjectIngest:
         spans = [span for c in changes if (span := _dirty(c)) is not None]
 
         def batches() -> Iterator[pa.RecordBatch]:
-            for c in changes:
-                for rows in self.parked.rows(c.stat.path, c.parked):
-                    yield from rows.to_arrow(self.subject, control.RAW_SCHEMA).to_batches()
+            for rows in self.parked.rows((c.stat.path, c.parked) for c in changes):
+                yield from rows.to_arrow(self.subject, control.RAW_SCHEMA).to_batches()
 
         result = self.lakehouse.overwrite(
             control.RAW,
