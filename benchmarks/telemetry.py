@@ -20,6 +20,11 @@
    local Spark session (telemetry runs start none).
 6. Seed scale: one tool's day at seed 003's rate, 100M rows in 4,000 files, ingested,
    then a late file at 10% of the day. Pass: peak memory <= 4 GB.
+7. On Spark: part 1's 4M-row history ingested, then a late file at 10% of it, once
+   embedded and once on Spark (TelemetrySettings.compute), each step a run process
+   attached to a long-lived Spark as under `make dev`: wall time, rows/s and the run
+   process's peak memory (the rows stay on the executors), and every table of the two
+   paths compared whole. Pass: the tables are equal.
 
 Timings on these 2-core machines are noisy: the ratios, taken within this one run, are
 the figures. Exits 1 if a bound fails. Run: `.venv/bin/python benchmarks/telemetry.py`
@@ -55,6 +60,7 @@ from assets.telemetry import TelemetrySettings, control  # noqa: E402
 from assets.telemetry.derive import reconcile_hourly, reconcile_totals  # noqa: E402
 from assets.telemetry.ingest import SubjectIngest  # noqa: E402
 from resources import Lakehouse, LandingZone, SparkResource  # noqa: E402
+from resources.spark_server import long_lived_spark  # noqa: E402
 from sensors import telemetry_files  # noqa: E402
 from sensors.ticks import evaluate_tick  # noqa: E402
 
@@ -76,11 +82,15 @@ QUEUE_POLL_SECONDS = 1.0  # how often the stand-in run coordinator looks at its 
 SETTINGS = TelemetrySettings(lateness_horizon_hours=24 * 365)
 
 
-def deployment(root: Path, *, create: bool = True) -> tuple[Lakehouse, LandingZone]:
+def deployment(
+    root: Path, *, create: bool = True, lake: str = "lake", spark: SparkResource | None = None
+) -> tuple[Lakehouse, LandingZone]:
+    """`spark`: the Spark of the Spark path; by default one never started (telemetry
+    computes embedded unless told otherwise)."""
     if create:
         (root / "landing").mkdir(parents=True)
-    spark = SparkResource(master="local[1]")  # never started: telemetry needs no Spark
-    return Lakehouse(root=str(root / "lake"), spark=spark), LandingZone(root=str(root / "landing"))
+    spark = spark or SparkResource(master="local[1]")
+    return Lakehouse(root=str(root / lake), spark=spark), LandingZone(root=str(root / "landing"))
 
 
 def meta(**facts):
@@ -93,23 +103,27 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def subject_run(lakehouse: Lakehouse, landing: LandingZone, subject: str) -> None:
+def subject_run(
+    lakehouse: Lakehouse, landing: LandingZone, subject: str, settings: TelemetrySettings = SETTINGS
+) -> None:
     """What one run of the subject's job does (the asset bodies without Dagster)."""
+    spark = settings.spark_lakehouse(lakehouse)
     SubjectIngest(
         lakehouse=lakehouse,
         landing=landing,
-        settings=SETTINGS,
+        settings=settings,
         subject_key=subject,
         run_id="bench",
         commit_metadata=meta,
         now=dt.datetime.now(dt.UTC),
+        spark=spark,
     ).run()
-    derive(lakehouse, subject)
+    derive(lakehouse, subject, spark)
 
 
-def derive(lakehouse: Lakehouse, subject: str) -> None:
-    reconcile_totals(lakehouse, subject, meta, print)
-    reconcile_hourly(lakehouse, subject, meta, print)
+def derive(lakehouse: Lakehouse, subject: str, spark: Lakehouse | None = None) -> None:
+    reconcile_totals(lakehouse, subject, meta, print, spark)
+    reconcile_hourly(lakehouse, subject, meta, print, spark)
 
 
 def write_reports(
@@ -137,10 +151,13 @@ def write_reports(
         path.write_text("ts,in_spec,out_of_spec,mispicks\n" + body + "\n")
 
 
-def step(root: Path, name: str) -> dict[str, float]:
+def step(root: Path, name: str, env: dict[str, str] | None = None) -> dict[str, float]:
     """One step in a process of its own: its wall time (in the process) and peak memory."""
     command = [sys.executable, __file__, "--step", name, str(root)]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    environment = {**os.environ, **(env or {})}
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, text=True, env=environment
+    )
     out = process.stdout.read() if process.stdout else ""
     _, status, usage = os.wait4(process.pid, 0)
     if status != 0:
@@ -150,6 +167,15 @@ def step(root: Path, name: str) -> dict[str, float]:
 
 
 def run_step(name: str, root: Path) -> None:
+    if name in COMPUTE_STEPS:
+        compute = COMPUTE_STEPS[name]
+        spark = SparkResource(remote=os.environ["SPARK_REMOTE"]) if compute == "spark" else None
+        lakehouse, landing = deployment(root, create=False, lake=compute, spark=spark)
+        settings = TelemetrySettings(lateness_horizon_hours=24 * 365, compute=compute)
+        start = time.perf_counter()
+        subject_run(lakehouse, landing, "Tool01", settings)
+        print(json.dumps({"seconds": time.perf_counter() - start}))
+        return
     lakehouse, landing = deployment(root, create=False)
     start = time.perf_counter()
     if name == "recompute":
@@ -207,6 +233,48 @@ def seed_scale(root: Path) -> dict[str, dict[str, float]]:
     if lakehouse.count(control.RAW) != SEED_FILES * ROWS_PER_FILE:
         raise RuntimeError("the seed-scale day did not land whole")
     return steps
+
+
+COMPUTE_STEPS = {"ingest-embedded": "embedded", "ingest-spark": "spark"}
+COMPARED = {
+    control.RAW: ["source", "line"],
+    control.WITHIN_HOUR: ["source", "line"],
+    control.HOUR_START: ["hour"],
+    control.HOURLY: ["hour"],
+}
+
+
+def both_paths(root: Path) -> tuple[dict[str, dict[str, dict[str, float]]], list[str]]:
+    """Part 7: part 1's 4M-row history, then a late file at 10%, ingested by run
+    processes on each path (the Spark path's attached to a long-lived Spark). Returns
+    each path's steps, and the tables whose contents differ between the paths."""
+    files = SCALES["4M"]
+    late = files // 10
+    embedded, landing = deployment(root, lake="embedded")
+    on_spark, _ = deployment(root, create=False, lake="spark")
+    span = dt.timedelta(hours=4)
+    write_reports(
+        landing.root, "Tool01", START, [n for n in range(files) if n != late], ROWS_PER_FILE, span
+    )
+    steps: dict[str, dict[str, dict[str, float]]] = {"embedded": {}, "spark": {}}
+    with long_lived_spark(root / "spark-server", os.environ, say=lambda line: None) as spark:
+        for compute in steps:
+            steps[compute]["first"] = step(root, f"ingest-{compute}", spark)
+        write_reports(landing.root, "Tool01", START, [late], ROWS_PER_FILE, span)
+        for compute in steps:
+            steps[compute]["late_10"] = step(root, f"ingest-{compute}", spark)
+    for figures in steps.values():
+        figures["first"]["rows_per_s"] = (files - 1) * ROWS_PER_FILE / figures["first"]["seconds"]
+        figures["late_10"]["rows_per_s"] = ROWS_PER_FILE / figures["late_10"]["seconds"]
+    differ = []
+    for table, keys in COMPARED.items():
+        a, b = (lakehouse.read_arrow(table) for lakehouse in (embedded, on_spark))
+        order = [(key, "ascending") for key in keys]
+        if a.num_rows != files * ROWS_PER_FILE and table == control.RAW:
+            raise RuntimeError(f"{a.num_rows} raw rows, expected {files * ROWS_PER_FILE}")
+        if not (a.schema == b.schema and a.sort_by(order).equals(b.sort_by(order))):
+            differ.append(table)
+    return steps, differ
 
 
 def append_vs_whole_file(root: Path) -> dict[str, float]:
@@ -482,7 +550,7 @@ def part_process(tmp_path: Path) -> bool:
     print(
         f"5. one run process alone: {cost['run']:.1f} s; a process that starts a local Spark "
         f"session and runs a trivial job: {cost['spark']:.1f} s. Telemetry runs start no "
-        "Spark, so no long-lived Spark server is needed for them."
+        "Spark by default, so no long-lived Spark server is needed for them."
     )
     return False
 
@@ -497,6 +565,21 @@ def part_seed(tmp_path: Path) -> bool:
     return peak > 4
 
 
+def part_spark(tmp_path: Path) -> bool:
+    steps, differ = both_paths(tmp_path / "paths")
+    rows = SCALES["4M"] * ROWS_PER_FILE
+    print(f"7. both paths, one tool, {rows:,} rows, each step a run process:")
+    for compute, figures in steps.items():
+        print(f"   {compute}:")
+        show_steps(figures, {"first": rows - ROWS_PER_FILE, "late_10": ROWS_PER_FILE})
+    print(
+        f"   tables equal on both paths ({', '.join(COMPARED)}): "
+        + ("yes" if not differ else f"no, {', '.join(differ)} differ")
+        + f" ({verdict(not differ)})"
+    )
+    return bool(differ)
+
+
 PARTS = {
     "1": part_scale,
     "2": part_append,
@@ -504,6 +587,7 @@ PARTS = {
     "4": part_steady,
     "5": part_process,
     "6": part_seed,
+    "7": part_spark,
 }
 
 

@@ -5,8 +5,8 @@ Loaded by `dagster dev` (workspace.yaml) and `dagster definitions validate` as a
 Configuration comes from the environment when Dagster loads the code (never at import):
 LAKEHOUSE_ROOT, LANDING_ROOT, SPARK_MASTER, SPARK_REMOTE (with SPARK_SERVER_STATE when `make
 dev` started it), SPARK_MASTER_UI, LAKEHOUSE_ENGINE, DELTA_SPARK_JARS, SENSOR_INTERVAL_SECONDS,
-and for an `s3://` root the AWS_* variables of its endpoint and credentials (read through
-dg.EnvVar, so secrets never land in the run's config).
+TELEMETRY_COMPUTE, and for an `s3://` root the AWS_* variables of its endpoint and credentials
+(read through dg.EnvVar, so secrets never land in the run's config).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 import dagster as dg
 
@@ -36,6 +37,15 @@ def _location(value: str) -> str:
         return value
     path = Path(value).expanduser()
     return str(path if path.is_absolute() else (PROJECT_ROOT / path).resolve())
+
+
+def _compute(env: Mapping[str, str]) -> Literal["auto", "embedded", "spark"]:
+    compute = env.get("TELEMETRY_COMPUTE", "auto")
+    if compute not in ("auto", "embedded", "spark"):
+        raise ValueError(
+            f"TELEMETRY_COMPUTE must be 'auto', 'embedded' or 'spark', not {compute!r}"
+        )
+    return compute
 
 
 def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource]:
@@ -61,7 +71,7 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
         "spark": spark,
         "lakehouse": Lakehouse(root=root, engine=engine, spark=spark, s3=storage),
         "landing": LandingZone(root=_location(env.get("LANDING_ROOT", ".data/landing"))),
-        "telemetry_settings": telemetry.TelemetrySettings(),
+        "telemetry_settings": telemetry.TelemetrySettings(compute=_compute(env)),
         "payments_settings": database.PaymentsSettings(),
         "session_settings": database.SessionSettings(),
         "event_settings": warehouse.EventSettings(),

@@ -169,6 +169,12 @@ class SparkResource(dg.ConfigurableResource):
     _remote_session: SparkSession | None = PrivateAttr(default=None)
     _run_id: str | None = PrivateAttr(default=None)
 
+    @property
+    def is_cluster(self) -> bool:
+        """Whether runs use a cluster's executors (a `spark://`, YARN or k8s master), not
+        one machine's cores (a `local` master, or the long-lived local Spark)."""
+        return not self.remote and not self.master.startswith("local")
+
     def spark_config(self) -> dict[str, Any]:
         config: dict[str, Any] = {
             "spark.master": self.master,
@@ -238,6 +244,10 @@ class SparkResource(dg.ConfigurableResource):
             self._lazy = LazyPySparkResource(spark_config=self.spark_config())
             if SparkContext._active_spark_context is None:  # this call starts the JVM
                 ensure_java()
+                # A classic session's Python workers run PYSPARK_PYTHON (pyspark reads the
+                # variable, not `spark.pyspark.python`), else whichever `python3` comes
+                # first on PATH, which lacks this project's packages.
+                os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
                 self._jvm_output = JvmOutput()
                 with self._jvm_output.captured():
                     self._lazy.spark_session  # noqa: B018 - its output captured

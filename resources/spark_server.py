@@ -26,6 +26,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -250,7 +251,11 @@ class SparkServer:
             args += ["--conf", f"{key}={value}"]
         # Its scratch files (Derby, spark-warehouse) stay in its own folder.
         with contextlib.chdir(self.state):
-            pid = start_daemon(log, args, {"SPARK_LOG_DIR": str(self.state)})
+            # Its Python workers (a run's Python functions on executors) run this
+            # interpreter, with the project's packages, unless the user chose another.
+            python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+            environment = {"SPARK_LOG_DIR": str(self.state), "PYSPARK_PYTHON": python}
+            pid = start_daemon(log, args, environment)
         server = ServerDescription(
             remote=f"sc://{HOST}:{port}",
             port=port,

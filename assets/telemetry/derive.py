@@ -1,14 +1,17 @@
 """Bringing the running totals and `telemetry_hourly` of one subject up to the raw table:
-only the dirty hours are recomputed, read in windows of bounded size, and each write
+only the dirty hours are recomputed (read here in windows of bounded size, or on Spark's
+executors when telemetry computes there: `on_spark`), and each write
 records (as its Delta app transaction) the raw version it reflects, atomically with the
 rows. Each derived table reconciles from the version it reflects itself, so a run that
 failed between two writes is finished by the next from where each table stands."""
+
+from __future__ import annotations
 
 import datetime as dt
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,6 +41,9 @@ from resources.lakehouse.predicates import (
     half_open,
     within,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 Regime = Literal["up_to_date", "first", "append", "late", "from_zero"]
 # Raw rows held in memory at once while recomputing (a few hundred bytes each, with
@@ -161,7 +167,7 @@ def _scan(
 def _replace(
     lakehouse: Lakehouse,
     table: str,
-    rows: pa.Table | Stream,
+    rows: pa.Table | Stream | DataFrame,
     subject: str,
     pending: Pending,
     metadata: Metadata,
@@ -188,12 +194,60 @@ def _regime(pending: Pending, later_rows: bool) -> Regime:
     return "late" if later_rows else "append"
 
 
+def _sums(
+    lakehouse: Lakehouse, subject: str, pending: Pending, spark: Lakehouse | None
+) -> pa.Table:
+    """The pending hours' sums, summed from their raw rows (on Spark, or window by window)."""
+    if spark is not None:
+        from assets.telemetry import on_spark
+
+        return on_spark.hour_sums(on_spark.pending_raw(spark, subject, pending))
+    parts = [sums for _, sums in _scan(lakehouse, subject, pending)]
+    return merge_sums(parts, control.HOURLY_SCHEMA)
+
+
+def _recompute_rows(
+    lakehouse: Lakehouse,
+    subject: str,
+    pending: Pending,
+    metadata: Metadata,
+    spark: Lakehouse | None,
+    sums: list[pa.Table] | None,
+) -> CommitResult:
+    """Replace the pending hours' in-hour rows in one commit, appending the hours' sums to
+    `sums` on the way (unless None): computed by Spark's executors, which write them, or
+    here, window by window, spooled to local disk and streamed into the commit."""
+    if spark is not None:
+        from assets.telemetry import on_spark
+
+        raw = on_spark.pending_raw(spark, subject, pending)
+        if sums is not None:
+            sums.append(on_spark.hour_sums(raw))
+        within = on_spark.within_hour(raw)
+        return _replace(spark, control.WITHIN_HOUR, within, subject, pending, metadata)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for rows, hour_sums in _scan(lakehouse, subject, pending):
+            if sums is not None:
+                sums.append(hour_sums)
+            yield from rows.cast(control.WITHIN_HOUR_SCHEMA).to_batches()
+            del rows
+
+    with spooled(control.WITHIN_HOUR_SCHEMA, batches()) as rows:
+        return _replace(lakehouse, control.WITHIN_HOUR, rows, subject, pending, metadata)
+
+
 def reconcile_totals(
-    lakehouse: Lakehouse, subject: str, metadata: Metadata, log: Callable[[str], None]
+    lakehouse: Lakehouse,
+    subject: str,
+    metadata: Metadata,
+    log: Callable[[str], None],
+    spark: Lakehouse | None = None,
 ) -> Reconciled:
     """The running totals of `subject`: the in-hour sums of the dirty hours' rows are
-    recomputed (streamed into one commit), then the hour starts from the first dirty
-    hour on (one row per hour)."""
+    recomputed (in one commit), then the hour starts from the first dirty hour on (one
+    row per hour). `spark`: the lakehouse through delta-spark when the rows are computed
+    on Spark (TelemetrySettings.compute)."""
     for table in (control.WITHIN_HOUR, control.HOUR_START):
         control.ensure_table(lakehouse, table, metadata())
     rows_pending, starts_pending = _pending(
@@ -208,18 +262,9 @@ def reconcile_totals(
         # The hour sums come with the rows when both tables lag the same way (always,
         # unless a run failed between the two writes).
         share = starts_pending is not None and starts_pending.ranges == rows_pending.ranges
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            for rows, hour_sums in _scan(lakehouse, subject, rows_pending):
-                if share:
-                    sums.append(hour_sums)
-                yield from rows.cast(control.WITHIN_HOUR_SCHEMA).to_batches()
-                del rows
-
-        with spooled(control.WITHIN_HOUR_SCHEMA, batches()) as rows:
-            commit = rows_commit = _replace(
-                lakehouse, control.WITHIN_HOUR, rows, subject, rows_pending, metadata
-            )
+        commit = rows_commit = _recompute_rows(
+            lakehouse, subject, rows_pending, metadata, spark, sums if share else None
+        )
         recomputed = commit.metrics["rows_inserted"]
         replaced = commit.metrics["rows_deleted"]
     pending = starts_pending or rows_pending
@@ -228,8 +273,7 @@ def reconcile_totals(
     later = rewritten = 0
     if starts_pending is not None:
         if not sums:
-            parts = [part for _, part in _scan(lakehouse, subject, starts_pending)]
-            merged = merge_sums(parts, control.HOURLY_SCHEMA)
+            merged = _sums(lakehouse, subject, starts_pending, spark)
         commit, rewritten, later = _rebase(lakehouse, subject, starts_pending, merged, metadata)
     return Reconciled(
         _regime(pending, later > 0 or replaced > 0),
@@ -288,14 +332,15 @@ def _hours_in(hours: pa.ChunkedArray, ranges: Sequence[HourRange]) -> pa.Chunked
     return functools.reduce(pc.or_, masks)
 
 
-def _hour_sums(lakehouse: Lakehouse, subject: str, pending: Pending) -> pa.Table:
+def _hour_sums(
+    lakehouse: Lakehouse, subject: str, pending: Pending, spark: Lakehouse | None
+) -> pa.Table:
     """The pending hours' sums: read from the hour starts when they reflect the same raw
     version (the running totals ran first in the run, as the job orders them: one row
     per hour instead of every raw row), else summed from the raw rows."""
     hour_starts_version = lakehouse.app_transaction_version(control.HOUR_START, app_id(subject))
     if hour_starts_version != pending.raw_version:
-        parts = [sums for _, sums in _scan(lakehouse, subject, pending)]
-        return merge_sums(parts, control.HOURLY_SCHEMA)
+        return _sums(lakehouse, subject, pending, spark)
     where = all_of((eq("subject_key", subject), pending.where))
     stored = lakehouse.read_arrow(
         control.HOUR_START, where=where, columns=control.HOURLY_SCHEMA.names
@@ -304,14 +349,18 @@ def _hour_sums(lakehouse: Lakehouse, subject: str, pending: Pending) -> pa.Table
 
 
 def reconcile_hourly(
-    lakehouse: Lakehouse, subject: str, metadata: Metadata, log: Callable[[str], None]
+    lakehouse: Lakehouse,
+    subject: str,
+    metadata: Metadata,
+    log: Callable[[str], None],
+    spark: Lakehouse | None = None,
 ) -> Reconciled:
     control.ensure_table(lakehouse, control.HOURLY, metadata())
     (pending,) = _pending(lakehouse, (control.HOURLY,), subject, log)
     if pending is None:
         reflected = lakehouse.app_transaction_version(control.HOURLY, app_id(subject))
         return Reconciled("up_to_date", reflected)
-    hourly = _hour_sums(lakehouse, subject, pending)
+    hourly = _hour_sums(lakehouse, subject, pending, spark)
     commit = _replace(lakehouse, control.HOURLY, hourly, subject, pending, metadata)
     regime: Regime = (
         "from_zero" if pending.lost else ("first" if pending.ranges is None else "late")

@@ -10,7 +10,9 @@ Per file, in one pass over the subject's landed files:
 - data ending more than the lateness horizon before the subject's newest data is
   quarantined until an operator releases it; blacklisted files lose their rows.
 
-The run's applied changes are one Delta commit, streamed a file at a time: it replaces
+Changed files are parsed in this process, or on Spark's executors (TelemetrySettings.
+compute): either way the run decides in this process, on the same facts. The run's
+applied changes are one Delta commit, streamed a file at a time: it replaces
 each file's rows from its first changed line, and its metadata carries the subject, the
 kinds of change and the span they made dirty (each file's source, content hash and
 outcome are in `telemetry_ingest_events`, with that commit's version). Every write of
@@ -18,16 +20,18 @@ the run advances the subject's app transaction on its table, so a concurrent, st
 for the same subject is refused instead of overwriting newer rows.
 """
 
+from __future__ import annotations
+
 import datetime as dt
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from assets.source_files import Problem
 from assets.telemetry import control
@@ -36,11 +40,13 @@ from assets.telemetry.reconcile import coalesce_span
 from assets.telemetry.report_files import (
     ROWS_SCHEMA,
     FileChange,
+    Parsed,
     ReportFileError,
     ReportRows,
     hashed_prefixes,
     parse_report,
     plan_change,
+    unreadable,
 )
 from assets.telemetry.settings import LANDING_PREFIX, REPORT_SUFFIX, TelemetrySettings
 from assets.telemetry.subjects import app_id, subject_of
@@ -49,20 +55,41 @@ from resources.lakehouse import AppTransaction, Stream
 from resources.lakehouse.predicates import Compare, any_of, eq, is_in
 from resources.landing import FileStat
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
-class ParkedRows:
-    """The rows a run parsed, parked in an Arrow file on local disk between deciding on
-    the run's changes (all files parsed: which are too late to apply) and writing them:
-    a run holds one file's rows at a time, however many files it ingests, and parses
-    each once."""
 
-    def __init__(self, directory: str) -> None:
+class EmbeddedRows:
+    """Changes parsed in this process as the run finds them, their rows parked in an Arrow
+    file on local disk until the run has decided which changes apply (all files parsed:
+    which are too late), then streamed into the raw table's commit: a run holds one
+    file's rows at a time, however many files it ingests, and parses each once."""
+
+    def __init__(self, directory: str, latest: dt.datetime) -> None:
         self.path = os.path.join(directory, "parked.arrow")
+        self.latest = latest
         self._writer: pa.ipc.RecordBatchFileWriter | None = None
         self._batches = 0
+        self._outcomes: list[tuple[Planned, Parsed | list[Problem]]] = []
+        self._parked: dict[str, range] = {}
 
-    def park(self, rows: ReportRows) -> range:
-        """Park `rows`; returns the batches that hold them."""
+    def add(self, planned: Planned, content: bytes) -> None:
+        change = planned.change
+        try:
+            rows = parse_report(
+                planned.stat.path,
+                content[change.from_byte : change.end_byte],
+                first_line=change.from_line,
+                expect_header=change.expect_header,
+                latest=self.latest,
+            )
+        except ReportFileError as error:
+            self._outcomes.append((planned, error.problems))
+            return
+        self._outcomes.append((planned, Parsed.of(rows, planned.old_lines)))
+        self._parked[planned.stat.path] = self._park(rows)
+
+    def _park(self, rows: ReportRows) -> range:
         if self._writer is None:
             self._writer = pa.ipc.new_file(self.path, ROWS_SCHEMA)
         first = self._batches
@@ -71,18 +98,37 @@ class ParkedRows:
             self._batches += 1
         return range(first, self._batches)
 
-    def close(self) -> None:
+    def parsed(self) -> list[tuple[Planned, Parsed | list[Problem]]]:
+        """Each change added, in order, with its rows' facts or the problems of its file."""
         if self._writer is not None:
             self._writer.close()
+        return self._outcomes
 
-    def rows(self, parked: Iterable[tuple[str, range]]) -> Iterator[ReportRows]:
-        """The rows of each (source, batches) parked, a batch at a time, from one opening
-        of the file (its footer lists every batch of the run)."""
-        with pa.OSFile(self.path) as file:
-            reader = pa.ipc.open_file(file)
-            for source, batches in parked:
-                for i in batches:
-                    yield ReportRows(source, pa.Table.from_batches([reader.get_batch(i)]))
+    def rows(self, subject: str, applied: Sequence[Planned]) -> Stream:
+        """The rows of the `applied` changes, a batch at a time, from one opening of the
+        parked file (its footer lists every batch of the run)."""
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            with pa.OSFile(self.path) as file:
+                reader = pa.ipc.open_file(file)
+                for change in applied:
+                    source = change.stat.path
+                    for i in self._parked[source]:
+                        rows = ReportRows(source, pa.Table.from_batches([reader.get_batch(i)]))
+                        yield from rows.to_arrow(subject, control.RAW_SCHEMA).to_batches()
+
+        return Stream.of(control.RAW_SCHEMA, batches)
+
+
+class ChangedRows(Protocol):
+    """Where a run's changes are parsed and their rows held until its commit: in this
+    process (EmbeddedRows), or on Spark's executors (on_spark.SparkRows)."""
+
+    def add(self, planned: Planned, content: bytes) -> None: ...
+
+    def parsed(self) -> list[tuple[Planned, Parsed | list[Problem]]]: ...
+
+    def rows(self, subject: str, applied: Sequence[Planned]) -> Stream | DataFrame: ...
 
 
 class SubjectPathError(ValueError):
@@ -109,22 +155,34 @@ def subject_files(
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """A file change parsed and ready to apply (or to quarantine)."""
+class Planned:
+    """A file change found and planned (which lines to ingest), not yet parsed."""
 
     state: FileState | None
     stat: FileStat
     content_hash: str
     change: FileChange
     reingest: bool
+    old_lines: int
+    """The change's lines up to this number were ingested before (an append's re-read
+    part); 0 for any other change."""
+
+
+@dataclass(frozen=True)
+class Candidate(Planned):
+    """A file change parsed and ready to apply (or to quarantine)."""
+
     start: dt.datetime | None
     end: dt.datetime | None
     """The span of its rows' data."""
     row_count: int
     replaced_lines: int
-    """Of its rows, how many replace lines ingested before (an append's re-read part)."""
-    parked: range
-    """Its rows' batches in the run's ParkedRows."""
+    """Of its rows, how many replace lines ingested before."""
+
+    @classmethod
+    def of(cls, planned: Planned, parsed: Parsed) -> Candidate:
+        facts = {f.name: getattr(planned, f.name) for f in fields(Planned)}
+        return cls(**facts, **{f.name: getattr(parsed, f.name) for f in fields(Parsed)})
 
 
 @dataclass
@@ -163,6 +221,7 @@ class SubjectIngest:
         run_id: str,
         commit_metadata: Callable[..., dict[str, Any]],
         now: dt.datetime,
+        spark: Lakehouse | None = None,
     ) -> None:
         self.lakehouse = lakehouse
         self.landing = landing
@@ -171,6 +230,9 @@ class SubjectIngest:
         self.run_id = run_id
         self.meta = commit_metadata
         self.now = now
+        self.spark = spark
+        """The lakehouse through delta-spark when the changes are parsed and written on
+        Spark (TelemetrySettings.compute); None: in this process."""
         self.report = IngestReport()
         self.states: dict[str, FileState] = {}
         self.updated: dict[str, FileState] = {}
@@ -193,9 +255,8 @@ class SubjectIngest:
         blacklist = control.blacklisted(self.lakehouse, self.subject)
         for source, reason in sorted(blacklist.items()):
             self._remove_blacklisted(source, reason)
-        with tempfile.TemporaryDirectory(prefix="telemetry-ingest-") as parking:
-            self.parked = ParkedRows(parking)
-            self._apply_changes(blacklist, released)
+        with self._changed_rows() as rows:
+            self._apply_changes(rows, blacklist, released)
 
         control.save_file_states(
             self.lakehouse,
@@ -213,16 +274,31 @@ class SubjectIngest:
         ]
         return self.report
 
-    def _apply_changes(self, blacklist: Mapping[str, str], released: set[tuple[str, str]]) -> None:
-        """Parse every changed file (rows parked), decide which are too late, and write
-        the others in one commit."""
-        candidates = []
+    @contextmanager
+    def _changed_rows(self) -> Iterator[ChangedRows]:
+        latest = self.now + self.settings.max_future_skew
+        if self.spark is not None:
+            from assets.telemetry.on_spark import SparkRows
+
+            yield SparkRows(self.spark, self.landing.root, latest)
+            return
+        with tempfile.TemporaryDirectory(prefix="telemetry-ingest-") as parking:
+            yield EmbeddedRows(parking, latest)
+
+    def _apply_changes(
+        self, rows: ChangedRows, blacklist: Mapping[str, str], released: set[tuple[str, str]]
+    ) -> None:
+        """Plan and parse every changed file, decide which are too late, and write the
+        others in one commit."""
         for stat in subject_files(self.landing, self.settings, self.subject):
             if stat.path not in blacklist:
-                candidate = self._candidate(stat, released)
-                if candidate is not None:
-                    candidates.append(candidate)
-        self.parked.close()
+                self._plan(stat, released, rows)
+        candidates = []
+        for planned, outcome in rows.parsed():
+            if isinstance(outcome, Parsed):
+                candidates.append(Candidate.of(planned, outcome))
+            else:
+                self._fail(planned.state, planned.stat, planned.content_hash, outcome)
         newest = self._newest(candidates)
         applied = []
         for candidate in candidates:
@@ -237,13 +313,14 @@ class SubjectIngest:
             else:
                 applied.append(candidate)
         if applied:
-            version = self._write_changes(applied)
+            version = self._write_changes(rows, applied)
             for candidate in applied:
                 self._applied(candidate, version)
 
     # -- deciding -----------------------------------------------------------------------
 
-    def _candidate(self, stat: FileStat, released: set[tuple[str, str]]) -> Candidate | None:
+    def _plan(self, stat: FileStat, released: set[tuple[str, str]], rows: ChangedRows) -> None:
+        """Read a landed file and, if it changed, add the change to `rows` to be parsed."""
         state = self.states.get(stat.path)
         due = (
             state is not None
@@ -258,21 +335,16 @@ class SubjectIngest:
             and not (due or reingest or state.status == "quarantined")
         ):
             self.report.unchanged += 1
-            return None
+            return
         ingested_bytes = state.ingested_bytes if state and not reingest else 0
         try:
             landed = self.landing.read(stat.path, prefixes=hashed_prefixes(ingested_bytes))
         except OSError as error:
             # Gone since the listing, or unreadable: recorded against this file alone
             # (retried, then failed); the subject's other files flow.
-            problem = (
-                "gone since it was listed"
-                if isinstance(error, FileNotFoundError)
-                else (f"cannot be read: {error.strerror or error}")
-            )
             unread = state.content_hash if state else ""
-            self._fail(state, stat, unread, [Problem(stat.path, None, problem)])
-            return None
+            self._fail(state, stat, unread, [Problem(stat.path, None, unreadable(error))])
+            return
         content, content_hash = landed.content, landed.fingerprint.sha256
         stat = FileStat(stat.path, landed.fingerprint.size, landed.fingerprint.mtime_ns)
         # An operator released exactly this content from quarantine: apply it now.
@@ -289,12 +361,12 @@ class SubjectIngest:
             if (state.size, state.mtime_ns) != (stat.size, stat.mtime_ns):
                 self._save(replace(state, mtime_ns=stat.mtime_ns, last_seen=self.now))
             self.report.unchanged += 1
-            return None
+            return
         if not content:
             self._fail(
                 state, stat, content_hash, [Problem(stat.path, None, "empty file: no header line")]
             )
-            return None
+            return
         change = plan_change(
             source=stat.path,
             content=content,
@@ -311,39 +383,13 @@ class SubjectIngest:
                     state, stat, content_hash, status="waiting" if state is None else state.status
                 )
             )
-            return None
-        try:
-            rows = self._parse(stat.path, content, change)
-        except ReportFileError as error:
-            self._fail(state, stat, content_hash, error.problems)
-            return None
-        replaced = 0
+            return
+        old_lines = 0
         if change.kind == "append" and state is not None:
             # Lines ingested before: those before the re-read part, plus its old lines.
             old_lines = change.from_line - 1
             old_lines += content.count(b"\n", change.from_byte, state.ingested_bytes)
-            replaced = pc.sum(pc.less_equal(rows.line, old_lines)).as_py() or 0
-        return Candidate(
-            state,
-            stat,
-            content_hash,
-            change,
-            reingest,
-            rows.start,
-            rows.end,
-            len(rows),
-            replaced,
-            self.parked.park(rows),
-        )
-
-    def _parse(self, source: str, content: bytes, change: FileChange) -> ReportRows:
-        return parse_report(
-            source,
-            content[change.from_byte : change.end_byte],
-            first_line=change.from_line,
-            expect_header=change.expect_header,
-            latest=self.now + self.settings.max_future_skew,
-        )
+        rows.add(Planned(state, stat, content_hash, change, reingest, old_lines), content)
 
     def _newest(self, candidates: list[Candidate]) -> dt.datetime | None:
         """The subject's newest data: over ingested files and this run's changes, so the
@@ -382,9 +428,10 @@ class SubjectIngest:
         self.report.raw_version = result.version
         return result.version
 
-    def _write_changes(self, changes: list[Candidate]) -> int:
+    def _write_changes(self, rows: ChangedRows, changes: list[Candidate]) -> int:
         """One commit for every applied change of the run: each file's rows from its first
-        changed line are replaced by the change's rows, streamed a file at a time."""
+        changed line are replaced by the change's rows (streamed a file at a time, or
+        written by Spark's executors)."""
         whole = [c.stat.path for c in changes if c.change.from_line == 1]
         tails = [
             eq("source", c.stat.path) & Compare("line", ">=", c.change.from_line)
@@ -394,13 +441,9 @@ class SubjectIngest:
         replaced = any_of([*([is_in("source", whole)] if whole else []), *tails])
         spans = [span for c in changes if (span := _dirty(c)) is not None]
 
-        def batches() -> Iterator[pa.RecordBatch]:
-            for rows in self.parked.rows((c.stat.path, c.parked) for c in changes):
-                yield from rows.to_arrow(self.subject, control.RAW_SCHEMA).to_batches()
-
-        result = self.lakehouse.overwrite(
+        result = (self.spark or self.lakehouse).overwrite(
             control.RAW,
-            Stream.of(control.RAW_SCHEMA, batches),
+            rows.rows(self.subject, changes),
             where=eq("subject_key", self.subject) & replaced,
             metadata=self.meta(
                 subject_key=self.subject,

@@ -96,6 +96,7 @@ def telemetry_raw(
             run_id=context.run.run_id,
             commit_metadata=_metadata(context),
             now=dt.datetime.now(dt.UTC),
+            spark=telemetry_settings.spark_lakehouse(lakehouse),
         ).run()
         ingested.update(
             files_applied=len(report.applied),
@@ -154,21 +155,31 @@ def telemetry_raw(
 
 
 Reconcile = Callable[
-    [Lakehouse, str, Callable[..., dict[str, Any]], Callable[[str], None]], Reconciled
+    [Lakehouse, str, Callable[..., dict[str, Any]], Callable[[str], None], Lakehouse | None],
+    Reconciled,
 ]
 
 
 def _reconciled(
-    context: dg.AssetExecutionContext, lakehouse: Lakehouse, table: str, reconcile: Reconcile
+    context: dg.AssetExecutionContext,
+    lakehouse: Lakehouse,
+    settings: TelemetrySettings,
+    table: str,
+    reconcile: Reconcile,
 ) -> Reconciled:
     """Bring the subject's rows of the derived `table` up to the raw table, as a phase of
-    the run's progress (redone from the start if another run committed meanwhile)."""
+    the run's progress (redone from the start if another run committed meanwhile), on
+    Spark or in this process as the settings choose."""
     with (
         Progress(context.log, f"{table} {context.partition_key}").phase("reconcile") as phase,
         redo_if_stale(context),
     ):
         result = reconcile(
-            lakehouse, context.partition_key, _metadata(context), context.log.warning
+            lakehouse,
+            context.partition_key,
+            _metadata(context),
+            context.log.warning,
+            settings.spark_lakehouse(lakehouse),
         )
         phase.update(result.progress())
     return result
@@ -210,7 +221,7 @@ def _derived_result(
     deps=[telemetry_raw],
 )
 def telemetry_running_totals(
-    context: dg.AssetExecutionContext, lakehouse: Lakehouse
+    context: dg.AssetExecutionContext, lakehouse: Lakehouse, telemetry_settings: TelemetrySettings
 ) -> dg.MaterializeResult:
     """Cumulative in-spec, out-of-spec and mispick counts of each raw row since the start
     of the subject's history (ordered by ts, source, line). Read it with
@@ -219,7 +230,7 @@ def telemetry_running_totals(
     recomputes the rows of the hours it touches and one row per later hour, never the
     rows after it. Records the raw version it reflects."""
     subject = context.partition_key
-    result = _reconciled(context, lakehouse, control.TOTALS, reconcile_totals)
+    result = _reconciled(context, lakehouse, telemetry_settings, control.TOTALS, reconcile_totals)
     shown = {
         "hour_starts_rewritten": dg.MetadataValue.int(result.hour_starts_rewritten),
         "stored_in": dg.MetadataValue.json([control.WITHIN_HOUR, control.HOUR_START]),
@@ -287,11 +298,11 @@ def _totals_summary(result: Reconciled, subject: str) -> dg.MetadataValue:
     deps=[telemetry_raw, telemetry_running_totals],
 )
 def telemetry_hourly(
-    context: dg.AssetExecutionContext, lakehouse: Lakehouse
+    context: dg.AssetExecutionContext, lakehouse: Lakehouse, telemetry_settings: TelemetrySettings
 ) -> dg.MaterializeResult:
     """Per subject and UTC hour: summed counts and rows. Only hours touched by changed
     files are recomputed, from the running totals' hour starts when they are current."""
-    result = _reconciled(context, lakehouse, control.HOURLY, reconcile_hourly)
+    result = _reconciled(context, lakehouse, telemetry_settings, control.HOURLY, reconcile_hourly)
     chart = (
         {"hourly_chart": hourly_chart(context.partition_key, result.written)}
         if result.written is not None

@@ -6,10 +6,10 @@ with a UTC offset, counts are non-negative integers. Lines starting with '#' are
 (deployments that name the subject in a header line put it there). A line is complete
 only once its newline is written: a half-written last line waits for the next pass.
 
-Files are small and many (a few hundred rows, thousands an hour), so they are parsed in
-this process rather than in Spark, whose per-job overhead (~0.35 s) would exceed the work
-by two orders of magnitude: well-formed files in Arrow, anything else line by line, which
-names the line of every problem.
+Well-formed files are parsed in Arrow, anything else line by line, which names the line
+of every problem. This one parser runs in the run's process, or on Spark's executors when
+telemetry computes there (TelemetrySettings.compute; the executors get this module with
+the function), so both paths read a file to the same rows and the same errors.
 """
 
 from __future__ import annotations
@@ -107,6 +107,32 @@ class ReportRows:
             **{name: self.table[name] for name in ROWS_SCHEMA.names},
         }
         return pa.table({name: columns[name] for name in schema.names}).cast(schema)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """What the run decides on about a parsed change: its rows' data span and count, and
+    how many of them replace lines ingested before (an append's re-read part)."""
+
+    start: dt.datetime | None
+    end: dt.datetime | None
+    row_count: int
+    replaced_lines: int
+
+    @classmethod
+    def of(cls, rows: ReportRows, old_lines: int) -> Parsed:
+        """`old_lines`: the change's lines up to this number were ingested before."""
+        replaced = 0
+        if old_lines:
+            replaced = pc.sum(pc.less_equal(rows.line, old_lines)).as_py() or 0
+        return cls(rows.start, rows.end, len(rows), replaced)
+
+
+def unreadable(error: OSError) -> str:
+    """Why a listed file could not be read, as its problem says it."""
+    if isinstance(error, FileNotFoundError):
+        return "gone since it was listed"
+    return f"cannot be read: {error.strerror or error}"
 
 
 class ReportFileError(ValueError):

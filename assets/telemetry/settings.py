@@ -5,6 +5,8 @@ from typing import Literal
 
 import dagster as dg
 
+from resources import Lakehouse
+
 LANDING_PREFIX = "telemetry"
 REPORT_SUFFIX = ".csv"
 
@@ -33,6 +35,13 @@ class TelemetrySettings(dg.ConfigurableResource):
     """A file that fails to parse is retried this many times in all, then marked failed."""
     retry_backoff_seconds: float = 60.0
     """Wait before the first retry; doubles with every further attempt."""
+    compute: Literal["auto", "embedded", "spark"] = "auto"
+    """Where a subject's rows are parsed and its running totals computed (TELEMETRY_COMPUTE).
+    `embedded`: in the run's process, streamed in bounded chunks, starting no Spark;
+    `spark`: on the deployment's Spark (the long-lived one, or a cluster), whose executors
+    read the files and write Delta; `auto`: Spark when the deployment already does its
+    work there (a cluster master, or the delta-spark engine), else embedded. Both give the
+    same tables."""
 
     @property
     def back_correction_window(self) -> dt.timedelta:
@@ -49,3 +58,11 @@ class TelemetrySettings(dg.ConfigurableResource):
     def retry_delay(self, attempts: int) -> dt.timedelta:
         """How long to wait after the `attempts`-th failed attempt."""
         return dt.timedelta(seconds=self.retry_backoff_seconds * 2 ** max(attempts - 1, 0))
+
+    def spark_lakehouse(self, lakehouse: Lakehouse) -> Lakehouse | None:
+        """`lakehouse` through delta-spark when telemetry computes on Spark, else None."""
+        on_spark = self.compute == "spark" or (
+            self.compute == "auto"
+            and (lakehouse.engine == "delta-spark" or lakehouse.spark.is_cluster)
+        )
+        return lakehouse.on_spark() if on_spark else None

@@ -49,6 +49,7 @@ class Lakehouse(dg.ConfigurableResource):
 
     _engine: port.DeltaEngine | None = PrivateAttr(default=None)
     _in_process: Lakehouse | None = PrivateAttr(default=None)
+    _on_spark: Lakehouse | None = PrivateAttr(default=None)
 
     # -- naming -------------------------------------------------------------------------
 
@@ -101,6 +102,21 @@ class Lakehouse(dg.ConfigurableResource):
                 commit_attempts=self.commit_attempts,
             )
         return self._in_process
+
+    def on_spark(self) -> Lakehouse:
+        """This lakehouse through delta-spark, whatever its engine: for work whose rows are
+        computed by Spark and must be written by its executors, never collected here."""
+        if self.engine == "delta-spark":
+            return self
+        if self._on_spark is None:
+            self._on_spark = Lakehouse(
+                root=self.root,
+                engine="delta-spark",
+                spark=self.spark,
+                s3=self.s3,
+                commit_attempts=self.commit_attempts,
+            )
+        return self._on_spark
 
     def _filesystem(self) -> tuple[pafs.FileSystem, Callable[[str], str]]:
         """The filesystem under the root, and how a URI becomes its path there."""

@@ -1,0 +1,134 @@
+"""A telemetry deployment for tests: real landing zone, Delta tables, Dagster instance,
+the real sensor; runs are materialized in-process exactly as the sensor asks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import dagster as dg
+import pyarrow as pa
+from deltalake import DeltaTable, QueryBuilder
+from telemetry_history import ReportFile, write
+
+from assets.telemetry import TelemetrySettings, control, subjects
+from assets.telemetry import assets as TELEMETRY_ASSETS
+from resources import Lakehouse, LandingZone
+from sensors import telemetry_files
+from sensors.ticks import evaluate_tick
+
+
+class Deployment:
+    def __init__(
+        self,
+        instance: dg.DagsterInstance,
+        lakehouse: Lakehouse,
+        landing: LandingZone,
+        settings: TelemetrySettings,
+    ) -> None:
+        self.instance = instance
+        self.lakehouse = lakehouse
+        self.landing = landing
+        self.settings = settings
+        self.cursor: str | None = None
+        self.runs: list[dg.ExecuteInProcessResult] = []
+        self.launched_keys: set[str] = set()
+
+    @property
+    def resources(self) -> dict:
+        return {
+            "lakehouse": self.lakehouse,
+            "landing": self.landing,
+            "telemetry_settings": self.settings,
+        }
+
+    def deliver(self, files: Iterable[ReportFile]) -> None:
+        for f in files:
+            write(self.landing.root, f.path, f.content)
+
+    def write(self, path: str, content: bytes) -> None:
+        write(self.landing.root, path, content)
+
+    def tick(self) -> dg.SensorResult:
+        result = evaluate_tick(telemetry_files, self.instance, self.cursor, self.resources)
+        self.cursor = result.cursor
+        return result
+
+    def materialize(self, subject: str, tags: dict | None = None) -> dg.ExecuteInProcessResult:
+        if not self.instance.has_dynamic_partition(subjects.name, subject):
+            self.instance.add_dynamic_partitions(subjects.name, [subject])
+        result = dg.materialize(
+            TELEMETRY_ASSETS,
+            partition_key=subject,
+            resources=self.resources,
+            instance=self.instance,
+            tags=tags,
+        )
+        self.runs.append(result)
+        return result
+
+    def run_pending(self) -> list[dg.RunRequest]:
+        """One sensor tick, then every run it asked for (a run key is launched once)."""
+        result = self.tick()
+        launched = []
+        for request in result.run_requests:
+            if request.run_key in self.launched_keys:
+                continue
+            self.launched_keys.add(request.run_key)
+            self.materialize(request.partition_key, request.tags)
+            launched.append(request)
+        return launched
+
+    def metadata(self, result: dg.ExecuteInProcessResult, asset: str) -> dict:
+        for event in result.get_asset_materialization_events():
+            if event.asset_key.to_user_string() == asset:
+                return {k: v.value for k, v in event.materialization.metadata.items()}
+        raise KeyError(asset)
+
+    def totals(self) -> list[tuple]:
+        rows = control.running_totals(self.lakehouse).to_pylist()
+        return sorted(
+            (
+                r["subject_key"],
+                r["ts"],
+                r["source"],
+                r["line"],
+                r["cum_in_spec"],
+                r["cum_out_of_spec"],
+                r["cum_mispicks"],
+            )
+            for r in rows
+        )
+
+    def totals_by_sql(self) -> list[tuple]:
+        """The running totals as SQL clients see them: the view's SQL, run by DataFusion
+        on the two tables."""
+        query = QueryBuilder()
+        for table in (control.WITHIN_HOUR, control.HOUR_START):
+            query.register(table, DeltaTable(self.lakehouse.uri(table)))
+        rows = pa.table(query.execute(control.RUNNING_TOTALS_SQL).read_all()).to_pylist()
+        return sorted(tuple(r.values()) for r in rows)
+
+    def hourly(self) -> list[tuple]:
+        rows = self.lakehouse.read_arrow(control.HOURLY).to_pylist()
+        return sorted(
+            (r["subject_key"], r["hour"], r["in_spec"], r["out_of_spec"], r["mispicks"], r["rows"])
+            for r in rows
+        )
+
+    def raw(self) -> list[tuple]:
+        rows = self.lakehouse.read_arrow(control.RAW).to_pylist()
+        return sorted(
+            (
+                r["subject_key"],
+                r["ts"],
+                r["source"],
+                r["line"],
+                r["in_spec"],
+                r["out_of_spec"],
+                r["mispicks"],
+            )
+            for r in rows
+        )
+
+    def states(self) -> dict[str, control.FileState]:
+        return control.file_states(self.lakehouse)
