@@ -20,11 +20,11 @@
    local Spark session (telemetry runs start none).
 6. Seed scale: one tool's day at seed 003's rate, 100M rows in 4,000 files, ingested,
    then a late file at 10% of the day. Pass: peak memory <= 4 GB.
-7. On Spark: part 1's 4M-row history ingested, then a late file at 10% of it, once
-   embedded and once on Spark (TelemetrySettings.compute), each step a run process
-   attached to a long-lived Spark as under `make dev`: wall time, rows/s and the run
-   process's peak memory (the rows stay on the executors), and every table of the two
-   paths compared whole. Pass: the tables are equal.
+7. On Spark: part 1's 4M-row history ingested, then a late file at 10% of it and an
+   append of the same size, once embedded and once on Spark (TelemetrySettings.compute),
+   each step a run process attached to a long-lived Spark as under `make dev`: wall
+   time, rows/s and the run process's peak memory (the rows stay on the executors), and
+   every table of the two paths compared whole. Pass: the tables are equal.
 
 Timings on these 2-core machines are noisy: the ratios, taken within this one run, are
 the figures. Exits 1 if a bound fails. Run: `.venv/bin/python benchmarks/telemetry.py`
@@ -260,18 +260,20 @@ def both_paths(root: Path) -> tuple[dict[str, dict[str, dict[str, float]]], list
     with long_lived_spark(root / "spark-server", os.environ, say=lambda line: None) as spark:
         for compute in steps:
             steps[compute]["first"] = step(root, f"ingest-{compute}", spark)
-        write_reports(landing.root, "Tool01", START, [late], ROWS_PER_FILE, span)
-        for compute in steps:
-            steps[compute]["late_10"] = step(root, f"ingest-{compute}", spark)
+        for name, number in (("late_10", late), ("append", files)):
+            write_reports(landing.root, "Tool01", START, [number], ROWS_PER_FILE, span)
+            for compute in steps:
+                steps[compute][name] = step(root, f"ingest-{compute}", spark)
     for figures in steps.values():
         figures["first"]["rows_per_s"] = (files - 1) * ROWS_PER_FILE / figures["first"]["seconds"]
-        figures["late_10"]["rows_per_s"] = ROWS_PER_FILE / figures["late_10"]["seconds"]
+        for name in ("late_10", "append"):
+            figures[name]["rows_per_s"] = ROWS_PER_FILE / figures[name]["seconds"]
     differ = []
     for table, keys in COMPARED.items():
         a, b = (lakehouse.read_arrow(table) for lakehouse in (embedded, on_spark))
         order = [(key, "ascending") for key in keys]
-        if a.num_rows != files * ROWS_PER_FILE and table == control.RAW:
-            raise RuntimeError(f"{a.num_rows} raw rows, expected {files * ROWS_PER_FILE}")
+        if a.num_rows != (files + 1) * ROWS_PER_FILE and table == control.RAW:
+            raise RuntimeError(f"{a.num_rows} raw rows, expected {(files + 1) * ROWS_PER_FILE}")
         if not (a.schema == b.schema and a.sort_by(order).equals(b.sort_by(order))):
             differ.append(table)
     return steps, differ
@@ -571,7 +573,12 @@ def part_spark(tmp_path: Path) -> bool:
     print(f"7. both paths, one tool, {rows:,} rows, each step a run process:")
     for compute, figures in steps.items():
         print(f"   {compute}:")
-        show_steps(figures, {"first": rows - ROWS_PER_FILE, "late_10": ROWS_PER_FILE})
+        show_steps(
+            figures,
+            {"first": rows - ROWS_PER_FILE, "late_10": ROWS_PER_FILE, "append": ROWS_PER_FILE},
+        )
+        ratio = figures["late_10"]["seconds"] / figures["append"]["seconds"]
+        print(f"   the late file: {ratio:.2f}x the append")
     print(
         f"   tables equal on both paths ({', '.join(COMPARED)}): "
         + ("yes" if not differ else f"no, {', '.join(differ)} differ")

@@ -223,7 +223,8 @@ def _recompute_rows(
         raw = on_spark.pending_raw(spark, subject, pending)
         if sums is not None:
             sums.append(on_spark.hour_sums(raw))
-        within = on_spark.within_hour(raw)
+        estimate = control.rows_by_hour(lakehouse, subject, pending.ranges)
+        within = on_spark.within_hour(raw, sum(estimate.values()))
         return _replace(spark, control.WITHIN_HOUR, within, subject, pending, metadata)
 
     def batches() -> Iterator[pa.RecordBatch]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import math
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -42,6 +43,12 @@ PARSED_COLUMNS = (
 """What the executors' parser yields: each change's rows (outcome null), then one row
 with the change's outcome (its Parsed facts, or its problems, as JSON)."""
 CHANGED = "changed while it was being ingested; it is read again on the next run"
+# Rows per file Spark writes, as delta-rs's 2 MiB files hold them: a replaceWhere rewrites
+# whole files, so a late file's commit rewrites a few files of its span, never files
+# holding much of the history (Spark's default is one file per task, of any size).
+ROWS_PER_FILE = 250_000
+BYTES_PER_ROW = 40
+"""About what a report line takes (to size the raw table's files before parsing)."""
 
 
 def _ship_parser() -> None:
@@ -77,8 +84,16 @@ class SparkRows:
 
         _ship_parser()
         spark = self.lakehouse.spark.session()
+        self._planned.sort(key=lambda p: p.stat.path)
+        # Each task partition parses consecutive files (by name) and its rows become one
+        # file of the raw table: files of a source range each, of at most ROWS_PER_FILE.
+        size = sum(p.change.end_byte - p.change.from_byte for p in self._planned)
+        parallelism = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
+        parts = max(parallelism, math.ceil(size / (ROWS_PER_FILE * BYTES_PER_ROW)))
+        parts = min(parts, len(self._planned))
         tasks = pa.table(
             {
+                "part": [i * parts // len(self._planned) for i in range(len(self._planned))],
                 "source": [p.stat.path for p in self._planned],
                 "from_byte": [p.change.from_byte for p in self._planned],
                 "from_line": [p.change.from_line for p in self._planned],
@@ -88,10 +103,9 @@ class SparkRows:
             }
         )
         root, latest = self.root, self.latest
-        parallelism = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
         self._staged = (
             frame_from_arrow(spark, tasks)
-            .repartition(min(len(self._planned), parallelism))
+            .repartitionByRange(parts, "part")
             .mapInArrow(lambda batches: parse_files(batches, root, latest), PARSED_COLUMNS)
             .localCheckpoint()
         )
@@ -199,13 +213,16 @@ def pending_raw(lakehouse: Lakehouse, subject: str, pending: Pending) -> DataFra
     return lakehouse.read(control.RAW, version=pending.raw_version, where=all_of(selected))
 
 
-def within_hour(raw: DataFrame) -> DataFrame:
+def within_hour(raw: DataFrame, rows: float) -> DataFrame:
     """Each raw row with its hour and its counts summed from the start of that hour, in
-    the order (ts, source, line): `reconcile.by_hour`'s in-hour rows."""
+    the order (ts, source, line): `reconcile.by_hour`'s in-hour rows. `rows`: about how
+    many there are, to cut them into files of consecutive hours, of about ROWS_PER_FILE
+    (an hour is never split: its sums are one window)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    hourly = raw.withColumn("hour", F.date_trunc("hour", "ts"))
+    parts = max(1, math.ceil(rows / ROWS_PER_FILE))
+    hourly = raw.withColumn("hour", F.date_trunc("hour", "ts")).repartitionByRange(parts, "hour")
     so_far = (
         Window.partitionBy("hour")
         .orderBy("ts", "source", "line")
