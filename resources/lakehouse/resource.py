@@ -48,8 +48,7 @@ class Lakehouse(dg.ConfigurableResource):
     commit_attempts: int = 10
 
     _engine: port.DeltaEngine | None = PrivateAttr(default=None)
-    _in_process: Lakehouse | None = PrivateAttr(default=None)
-    _on_spark: Lakehouse | None = PrivateAttr(default=None)
+    _through_engine: dict[str, Lakehouse] = PrivateAttr(default_factory=dict)
 
     # -- naming -------------------------------------------------------------------------
 
@@ -91,32 +90,25 @@ class Lakehouse(dg.ConfigurableResource):
         """This lakehouse through delta-rs alone, whatever its engine: for the small
         commits of control tables, and of code that must not start a JVM (a sensor's own
         state). Tables written by one engine are readable and writable by the other."""
-        if self.engine == "delta-rs":
-            return self
-        if self._in_process is None:
-            self._in_process = Lakehouse(
-                root=self.root,
-                engine="delta-rs",
-                spark=self.spark,
-                s3=self.s3,
-                commit_attempts=self.commit_attempts,
-            )
-        return self._in_process
+        return self._through("delta-rs")
 
     def on_spark(self) -> Lakehouse:
         """This lakehouse through delta-spark, whatever its engine: for work whose rows are
         computed by Spark and must be written by its executors, never collected here."""
-        if self.engine == "delta-spark":
+        return self._through("delta-spark")
+
+    def _through(self, engine: Literal["delta-rs", "delta-spark"]) -> Lakehouse:
+        if self.engine == engine:
             return self
-        if self._on_spark is None:
-            self._on_spark = Lakehouse(
+        if engine not in self._through_engine:
+            self._through_engine[engine] = Lakehouse(
                 root=self.root,
-                engine="delta-spark",
+                engine=engine,
                 spark=self.spark,
                 s3=self.s3,
                 commit_attempts=self.commit_attempts,
             )
-        return self._on_spark
+        return self._through_engine[engine]
 
     def _filesystem(self) -> tuple[pafs.FileSystem, Callable[[str], str]]:
         """The filesystem under the root, and how a URI becomes its path there."""
@@ -143,8 +135,8 @@ class Lakehouse(dg.ConfigurableResource):
         location = path(self.uri(table))
         if filesystem.get_file_info(location).type == pafs.FileType.NotFound:
             return False
-        for lakehouse in (self, self._in_process):
-            if lakehouse is not None and lakehouse._engine is not None:
+        for lakehouse in (self, *self._through_engine.values()):
+            if lakehouse._engine is not None:
                 lakehouse._engine.forget(self.uri(table))
         filesystem.delete_dir(location)
         return True
