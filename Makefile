@@ -39,13 +39,15 @@ demo: setup
 	$(PY) -u -m demo
 
 # The linter first (a second): CI runs `make test`, so style and unused code fail it too.
+# TEST_WORKERS processes share the tests out (each with its own Spark); 1: one process.
+TEST_WORKERS ?= 2
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 # The same suite attached to a long-lived Spark (a Spark Connect server the session starts
 # and stops), the way every run under `make dev` and `make demo` reaches Spark.
 test-connect: setup
-	$(PY) -m pytest --through-connect
+	$(PY) -m pytest --through-connect -n $(TEST_WORKERS) --dist worksteal
 
 test-slow: setup
 	@# The UI test drives Debian's Chromium (Playwright never downloads a browser here).
