@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from telemetry_history import START, report, write  # noqa: E402
+from ticks import evaluate_tick  # noqa: E402
 
 from assets.telemetry import TelemetrySettings, control  # noqa: E402
 from assets.telemetry.derive import reconcile_hourly, reconcile_totals  # noqa: E402
@@ -62,7 +63,6 @@ from assets.telemetry.ingest import SubjectIngest  # noqa: E402
 from resources import Lakehouse, LandingZone, SparkResource  # noqa: E402
 from resources.spark_server import long_lived_spark  # noqa: E402
 from sensors import telemetry_files  # noqa: E402
-from sensors.ticks import evaluate_tick  # noqa: E402
 
 # A subject's history of 25,000-row report files, 4 hours apart: 4M and 16M rows.
 ROWS_PER_FILE = 25_000

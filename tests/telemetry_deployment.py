@@ -9,12 +9,12 @@ import dagster as dg
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 from telemetry_history import ReportFile, write
+from ticks import evaluate_tick
 
 from assets.telemetry import TelemetrySettings, control, subjects
 from assets.telemetry import assets as TELEMETRY_ASSETS
 from resources import Lakehouse, LandingZone
 from sensors import telemetry_files
-from sensors.ticks import evaluate_tick
 
 
 class Deployment:

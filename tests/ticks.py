@@ -1,8 +1,8 @@
 """One sensor tick evaluated the way the Dagster daemon evaluates it, for the tests and
-the benchmarks: the sensor runs against the instance, and the dynamic partitions it asks
-for are added to the instance before any of its runs would launch.
-(`dg.build_sensor_context` evaluates a sensor but leaves applying its partition requests
-to the daemon, which these callers stand in for.)"""
+the benchmarks (test support, so not in the package): the sensor runs against the
+instance, and the dynamic partitions it asks for are added to the instance before any of
+its runs would launch. (`dg.build_sensor_context` evaluates a sensor but leaves applying
+its partition requests to the daemon, which these callers stand in for.)"""
 
 from collections.abc import Mapping
 from typing import Any
