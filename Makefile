@@ -47,7 +47,7 @@ test: lint
 # The same suite attached to a long-lived Spark (a Spark Connect server the session starts
 # and stops), the way every run under `make dev` and `make demo` reaches Spark.
 test-connect: setup
-	$(PY) -m pytest --through-connect -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest --through-connect
 
 test-slow: setup
 	@# The UI test drives Debian's Chromium (Playwright never downloads a browser here).
