@@ -265,8 +265,8 @@ def write_exactly_once(
     partitioning) when it does not exist yet: a write that creates a table has no
     snapshot for Delta to check its app transaction against, so two runs of one input
     racing to create the table would both commit."""
-    if not lakehouse.exists(table):
-        create_empty()
+    if registered is None and not lakehouse.exists(table):
+        create_empty()  # a range's registration created it, before its first write
     if registered is not None and partition_key in registered.inputs:
         input_version = registered.inputs[partition_key]
         committed = registered.committed.get(input_version.app_id)
@@ -318,10 +318,14 @@ def register_partitions(
     *,
     table: str,
     sources: Mapping[str, Sequence[Fingerprint]],
+    create_empty: Callable[[], object],
 ) -> RegisteredInputs:
     """Register the inputs of this run's partitions (`sources`: partition key -> its source
     files) in one commit, for `write_partition_once` to take: a range of 364 days then
-    pays one registration, not 364."""
+    pays one registration, not 364. `create_empty` (see `write_exactly_once`) creates the
+    table first when it does not exist, so no partition's write asks again."""
+    if sources and not lakehouse.exists(table):
+        create_empty()
     inputs = register_inputs(
         lakehouse,
         asset_key=context.asset_key.to_user_string(),
@@ -331,7 +335,7 @@ def register_partitions(
     )
     committed = (
         lakehouse.app_transaction_versions(table, [entry.app_id for entry in inputs.values()])
-        if lakehouse.exists(table)
+        if inputs
         else {}
     )
     return RegisteredInputs(inputs, committed)

@@ -78,6 +78,14 @@ def visits_daily(
                 metadata=commit_metadata(context, partition_key=run_span(keys)),
             )
 
+    def create_empty() -> None:
+        lakehouse.create(
+            VISITS_DAILY,
+            arrow_schema(read_days[0].rows),
+            partition_by=["event_date"],
+            metadata=commit_metadata(context, partition_key=None),  # no day's rows
+        )
+
     # The days' inputs in one commit of the control table, before the first day's write.
     registered = register_partitions(
         context,
@@ -88,6 +96,7 @@ def visits_daily(
             for key in keys
             if isinstance(visits := parsed.days[parse_day(key)], VisitDay)
         },
+        create_empty=create_empty,
     )
 
     def materialize_day(partition_key: str) -> dict[str, Any]:
@@ -114,12 +123,7 @@ def visits_daily(
             table=VISITS_DAILY,
             sources=visits.sources,
             write=write,
-            create_empty=lambda: lakehouse.create(
-                VISITS_DAILY,
-                arrow_schema(visits.rows),
-                partition_by=["event_date"],
-                metadata=metadata,
-            ),
+            create_empty=create_empty,
             registered=registered,
         )
         return transactional_metadata(

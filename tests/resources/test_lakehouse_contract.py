@@ -384,6 +384,28 @@ def test_a_stale_writer_is_refused_and_writes_nothing(lake):
     assert rows(lake, "t") == [("a", 1, "fresh")]
 
 
+def test_a_writer_sees_an_app_transaction_another_writer_committed_since_it_looked(lake):
+    """A writer that looked an app id up, and committed since, is still refused once
+    another writer (another process: its own engine) has advanced that app id."""
+    lake.append(
+        "t", devices([("a", 1, "v1")]), metadata=META, app_transaction=AppTransaction("s", 1)
+    )
+    assert lake.app_transaction_version("t", "s") == 1
+    lake.append(
+        "t", devices([("b", 1, "v1")]), metadata=META, app_transaction=AppTransaction("u", 1)
+    )
+    other = Lakehouse(root=lake.root, engine=lake.engine, spark=lake.spark)
+    other.append(
+        "t", devices([("a", 2, "other")]), metadata=META, app_transaction=AppTransaction("s", 2)
+    )
+    with pytest.raises(StaleWriteError, match="'s' is already at version 2"):
+        lake.append(
+            "t", devices([("a", 2, "late")]), metadata=META, app_transaction=AppTransaction("s", 2)
+        )
+    assert lake.app_transaction_versions("t", ["s", "u"]) == {"s": 2, "u": 1}
+    assert rows(lake, "t") == [("a", 1, "v1"), ("a", 2, "other"), ("b", 1, "v1")]
+
+
 def test_vacuum_removes_replaced_files_and_restore_then_refuses(lake):
     lake.append("t", devices([("a", 1, "x")]), metadata=META)
     lake.overwrite("t", devices([("b", 2, "y")]), metadata=META)

@@ -65,7 +65,8 @@ def day_versions(lakehouse) -> dict[str, int]:
     """The version that last wrote each day, from the commit metadata in the history."""
     latest: dict[str, int] = {}
     for entry in reversed(lakehouse.history(VISITS_DAILY)):
-        latest[entry.metadata["partition_key"]] = entry.version
+        if entry.metadata["partition_key"]:  # not the empty table's creation
+            latest[entry.metadata["partition_key"]] = entry.version
     return latest
 
 
