@@ -14,7 +14,8 @@ manageable by anyone who finds it there:
   instead of failing with a gRPC traceback;
 - `stop()` ends it by its pid, process group and all.
 A file lock makes the check-and-start one step, so runs finding the server dead at once
-start one server between them.
+start one server between them; a lock of the machine's makes choosing a free port and
+binding it one step, so servers of two folders started at once never pick the same port.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -43,6 +45,20 @@ CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_TIMEOUT = 180.0
 REMOTE_ENV = "SPARK_REMOTE"
 STATE_ENV = "SPARK_SERVER_STATE"
+
+
+PORTS_LOCK = Path(tempfile.gettempdir()) / "idempotent-lakehouse-spark-ports.lock"
+"""Held by whoever is choosing a port and starting a server on it, on this machine."""
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    with path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 class SparkServerError(RuntimeError):
@@ -178,15 +194,9 @@ class SparkServer:
             return described
         return None
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
         self.state.mkdir(parents=True, exist_ok=True)
-        with (self.state / "lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        return _file_lock(self.state / "lock")
 
     def ensure(
         self,
@@ -214,25 +224,30 @@ class SparkServer:
                         f"The long-lived Spark at {previous.remote} is not answering "
                         f"(pid {previous.pid}, log {previous.log}); starting a new one."
                     )
-            chosen = port or (previous.port if previous else free_port(DEFAULT_PORT))
-            if answers(HOST, chosen):
-                raise SparkServerError(
-                    f"port {chosen} on {HOST} is taken by another process, not the Spark "
-                    f"described in {self.described}: stop it, or set SPARK_CONNECT_PORT"
+            # Servers of other folders (another deployment, a test process) may be
+            # choosing a port at the same moment: until this one answers, its port looks
+            # free to them, and a server that loses the race for it finds the winner
+            # answering there and takes it for itself.
+            with _file_lock(PORTS_LOCK):
+                chosen = port or (previous.port if previous else free_port(DEFAULT_PORT))
+                if answers(HOST, chosen):
+                    raise SparkServerError(
+                        f"port {chosen} on {HOST} is taken by another process, not the Spark "
+                        f"described in {self.described}: stop it, or set SPARK_CONNECT_PORT"
+                    )
+                server = self._start(
+                    master=master,
+                    config=config or {},
+                    port=chosen,
+                    owner=(
+                        previous.owner
+                        if previous and not previous.orphaned
+                        else os.getpid()
+                        if owner is None
+                        else owner
+                    ),
                 )
-            server = self._start(
-                master=master,
-                config=config or {},
-                port=chosen,
-                owner=(
-                    previous.owner
-                    if previous and not previous.orphaned
-                    else os.getpid()
-                    if owner is None
-                    else owner
-                ),
-            )
-            self._wait(server, timeout)
+                self._wait(server, timeout)
             return server, True
 
     def _start(

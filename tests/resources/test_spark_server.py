@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,23 @@ class socket_port:
 
     def __exit__(self, *exc) -> None:
         self.socket.close()
+
+
+@pytest.mark.slow
+def test_servers_of_two_folders_started_at_once_each_get_a_port_of_their_own(tmp_path):
+    """Two deployments (or two test processes) starting their long-lived Spark at the same
+    moment: until one answers, its port looks free to the other, which must still not
+    pick it and take the first one's server for its own (then lose it when its owner
+    stops it)."""
+    servers = [SparkServer(tmp_path / name) for name in ("a", "b")]
+    with ThreadPoolExecutor(2) as pool:
+        started = list(pool.map(lambda server: server.ensure(config={})[0], servers))
+    try:
+        assert started[0].port != started[1].port
+        for server, described in zip(servers, started, strict=True):
+            assert server.running() == described
+            assert "rows 7" in attach(described.remote, str(server.state)).stdout
+    finally:
+        for server in servers:
+            server.stop()
+    assert not any(alive(described.pid) for described in started)
