@@ -1,64 +1,68 @@
-"""What the catalog shows of every asset, applied once for all of them: the owner, the
-pattern it implements (a tag, and a line of its description), how to restore it, and a
-link to its source.
+"""What the catalog shows of every asset: the owner, the pattern it implements (a tag,
+and a line of its description), how to restore it, the landing folders it reads, and a
+link to its source. Each asset declares its own (`declared`, in its `@dg.asset`); the
+definitions apply them to all assets at once (`with_catalog_policy`).
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import dagster as dg
 
-from assets.external import OWNER, landing_deps
+from assets.external import LANDING, OWNER, landing_key
 
-# How restore_table treats an asset's partitions (see assets/maintenance.py).
-_SLICE = (
+# How restore_table treats an asset's partitions (see assets/maintenance.py); `{key}` is
+# the asset's key.
+RESTORE_SLICE = (
     "restore_table with `undo_materialization: {{asset_key: {key}, partition: <key>}}` "
     "moves that partition alone, back to before its latest materialization."
 )
-_OWN_TABLE = (
+RESTORE_OWN_TABLE = (
     "each partition is its own table: restore_table with `undo_materialization: "
     "{{asset_key: {key}, partition: <key>}}` moves that table alone."
 )
-_WHOLE_TABLE = (
+RESTORE_WHOLE_TABLE = (
     "restore_table with `undo_materialization: {{asset_key: {key}, partition: <key>}}` (or "
     "`table_version`) moves the whole table; every partition it moved is reported and "
     "marked `needs_rerun`."
 )
-_OPERATOR_JOBS = (
+RESTORE_OPERATOR_JOBS = (
     "use its operator jobs (blacklist_telemetry_file, reingest_telemetry_file, "
     "release_quarantined_file); the subject's next run repairs the derived tables."
 )
-_REPLAY = "re-run its partition: the load manifest replaces what the run wrote."
-_PROXY = "point_device_snapshot points the proxy back at an earlier snapshot."
+RESTORE_REPLAY = "re-run its partition: the load manifest replaces what the run wrote."
+RESTORE_PROXY = "point_device_snapshot points the proxy back at an earlier snapshot."
 
-PATTERNS: dict[str, tuple[str, str]] = {
-    "visits_daily": ("data-overwrite", _SLICE),
-    "visits_weekly": ("fast-metadata-cleaner", _OWN_TABLE),
-    "devices": ("merger", _WHOLE_TABLE),
-    "device_catalog": ("stateful-merger", _WHOLE_TABLE),
-    "device_snapshot": ("proxy", _PROXY),
-    "payments": ("idempotent-insert", _WHOLE_TABLE),
-    "user_sessions": ("keyed-idempotency", _WHOLE_TABLE),
-    "telemetry_raw": ("out-of-order-telemetry", _OPERATOR_JOBS),
-    "telemetry_running_totals": ("out-of-order-telemetry", _OPERATOR_JOBS),
-    "telemetry_hourly": ("out-of-order-telemetry", _OPERATOR_JOBS),
-    "user_events_staging": ("write-audit-publish", _WHOLE_TABLE),
-    "user_events": ("newer-wins-merge", _WHOLE_TABLE),
-    "shredded_events": ("load-manifest", _REPLAY),
-    "warehouse_events": ("load-manifest", _REPLAY),
-}
+_RESTORE = "restore"
+_READS = "landing_folders"
+"""Definition metadata keys of the declaration, shown on the asset's page."""
+
+
+def declared(pattern: str, *, restore: str, reads: Sequence[str] = ()) -> dict[str, Any]:
+    """What an asset declares of itself for the catalog, spread into its `@dg.asset`
+    (`**declared(...)`): the pattern it implements, how to restore it (one of the
+    RESTORE_* notes), and the landing folders it reads (see `assets.external.LANDING`)."""
+    unknown = sorted(set(reads) - set(LANDING))
+    if unknown:
+        raise ValueError(f"no landing folder {', '.join(unknown)} (see assets/external.py)")
+    return {"tags": {"pattern": pattern}, "metadata": {_RESTORE: restore, _READS: list(reads)}}
 
 
 def _with_policy(spec: dg.AssetSpec) -> dg.AssetSpec:
     key = spec.key.to_user_string()
-    pattern, restore = PATTERNS[key]
+    if _RESTORE not in spec.metadata:
+        raise ValueError(f"asset {key} declares no pattern: give its @dg.asset **declared(...)")
+    restore = str(spec.metadata[_RESTORE]).format(key=key)
     description = (
-        f"{spec.description or ''}\n\nPattern: {pattern}. Restore: {restore.format(key=key)}"
+        f"{spec.description or ''}\n\nPattern: {spec.tags['pattern']}. Restore: {restore}"
     ).strip()
-    return spec.replace_attributes(description=description).merge_attributes(
-        owners=[OWNER], tags={"pattern": pattern}, deps=landing_deps(key)
+    return spec.replace_attributes(
+        description=description, metadata={**spec.metadata, _RESTORE: restore}
+    ).merge_attributes(
+        owners=[OWNER], deps=[landing_key(folder) for folder in spec.metadata[_READS]]
     )
 
 

@@ -10,24 +10,15 @@ import dagster as dg
 
 OWNER = "team:data-platform"
 
-# Landing folder -> (the assets that read it, what lands there).
-LANDING: dict[str, tuple[tuple[str, ...], str]] = {
-    "visits": (
-        ("visits_daily", "visits_weekly"),
-        "visits/date=YYYY-MM-DD/*.jsonl, one visit per line.",
-    ),
-    "devices_cdc": (("devices",), "devices_cdc/YYYY-MM-DD.csv, a day of device changes."),
-    "device_catalog": (
-        ("device_catalog",),
-        "device_catalog/YYYY-MM-DD.jsonl, a day of catalog changes.",
-    ),
-    "payments": (("payments",), "payments/date=YYYY-MM-DD/*.jsonl, one payment per line."),
-    "telemetry": (("telemetry_raw",), "telemetry/<subject>/*.csv, report files of tools."),
-    "events": (("user_events_staging",), "events/<batch id>.jsonl, one event batch a file."),
-    "enriched": (
-        ("shredded_events",),
-        "enriched/run=YYYY-MM-DD-HH-MM-SS/, an upstream run directory, done at _SUCCESS.",
-    ),
+# Landing folder -> what lands there (each asset declares the folders it reads).
+LANDING: dict[str, str] = {
+    "visits": "visits/date=YYYY-MM-DD/*.jsonl, one visit per line.",
+    "devices_cdc": "devices_cdc/YYYY-MM-DD.csv, a day of device changes.",
+    "device_catalog": "device_catalog/YYYY-MM-DD.jsonl, a day of catalog changes.",
+    "payments": "payments/date=YYYY-MM-DD/*.jsonl, one payment per line.",
+    "telemetry": "telemetry/<subject>/*.csv, report files of tools.",
+    "events": "events/<batch id>.jsonl, one event batch a file.",
+    "enriched": "enriched/run=YYYY-MM-DD-HH-MM-SS/, an upstream run directory, done at _SUCCESS.",
 }
 
 # Control table -> (the assets that write it, what it holds).
@@ -78,11 +69,6 @@ def landing_key(folder: str) -> dg.AssetKey:
     return dg.AssetKey(["landing", folder])
 
 
-def landing_deps(asset_key: str) -> list[dg.AssetKey]:
-    """The landing folders `asset_key` reads."""
-    return [landing_key(f) for f, (readers, _) in LANDING.items() if asset_key in readers]
-
-
 def external_specs() -> list[dg.AssetSpec]:
     landing = [
         dg.AssetSpec(
@@ -93,7 +79,7 @@ def external_specs() -> list[dg.AssetSpec]:
             tags={"pattern": "landing-zone"},
             description=f"Landing zone: {text} Read, never written, by the platform.",
         )
-        for folder, (_, text) in LANDING.items()
+        for folder, text in LANDING.items()
     ]
     control = [
         _control_spec(

@@ -13,6 +13,7 @@ import dagster as dg
 import pytest
 
 from assets import external
+from assets.catalog import RESTORE_SLICE, declared, with_catalog_policy
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -172,6 +173,26 @@ def test_every_asset_and_check_says_what_it_is_who_owns_it_and_how_to_restore_it
     )
     for check_key in graph.asset_check_keys:
         assert graph.get_check_spec(check_key).description, check_key
+
+
+def test_an_asset_declares_its_pattern_restore_and_landing_folders_in_its_own_module():
+    @dg.asset(**declared("data-overwrite", restore=RESTORE_SLICE, reads=["visits"]))
+    def new_daily_asset() -> None: ...
+
+    @dg.asset
+    def undeclared() -> None: ...
+
+    [spec] = with_catalog_policy([new_daily_asset])[0].specs
+    assert spec.tags["pattern"] == "data-overwrite" and spec.owners == ["team:data-platform"]
+    assert "partition: <key>}` moves that partition alone" in spec.metadata["restore"]
+    assert "Restore: restore_table with `undo_materialization: {asset_key: new_daily_asset" in (
+        spec.description
+    )
+    assert [dep.asset_key for dep in spec.deps] == [dg.AssetKey(["landing", "visits"])]
+    with pytest.raises(ValueError, match="asset undeclared declares no pattern"):
+        with_catalog_policy([undeclared])
+    with pytest.raises(ValueError, match="no landing folder vistis"):
+        declared("data-overwrite", restore=RESTORE_SLICE, reads=["vistis"])
 
 
 def undescribed_fields(config_type, path: str) -> list[str]:

@@ -24,6 +24,7 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.database.payments_source import (
     AMOUNT_TYPE,
     DIGEST,
@@ -501,6 +502,7 @@ def _ingest_range(
             "payment.",
         )
     ],
+    **declared("idempotent-insert", restore=RESTORE_WHOLE_TABLE, reads=["payments"]),
 )
 def payments(
     context: dg.AssetExecutionContext,

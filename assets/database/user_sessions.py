@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.materialization import commit_metadata, materialization_metadata, skipped_metadata
 from assets.overwriting.data_overwrite import VISITS_DAILY, daily_partitions, visits_daily
 from assets.overwriting.visit_first_seen import FIRST_SEEN
@@ -644,6 +645,7 @@ def build(
     backfill_policy=SINGLE_RUN,
     group_name="database",
     kinds={"spark", "delta"},
+    **declared("keyed-idempotency", restore=RESTORE_WHOLE_TABLE),
 )
 def user_sessions(
     context: dg.AssetExecutionContext, lakehouse: Lakehouse, session_settings: SessionSettings

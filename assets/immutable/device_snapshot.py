@@ -6,6 +6,7 @@ import datetime as dt
 import dagster as dg
 from pydantic import Field
 
+from assets.catalog import RESTORE_PROXY, declared
 from assets.immutable.proxy import (
     SNAPSHOT_MANIFEST,
     SnapshotEntry,
@@ -56,7 +57,12 @@ def _snapshot_metadata(lakehouse: Lakehouse, entry: SnapshotEntry, manifest_vers
     }
 
 
-@dg.asset(deps=[device_catalog], group_name="immutable", kinds={"spark", "delta"})
+@dg.asset(
+    deps=[device_catalog],
+    group_name="immutable",
+    kinds={"spark", "delta"},
+    **declared("proxy", restore=RESTORE_PROXY),
+)
 def device_snapshot(
     context: dg.AssetExecutionContext, config: DeviceSnapshotConfig, lakehouse: Lakehouse
 ) -> dg.MaterializeResult:

@@ -12,6 +12,7 @@ from typing import Any
 
 import dagster as dg
 
+from assets.catalog import RESTORE_SLICE, declared
 from assets.materialization import commit_metadata, partition_slice
 from assets.overwriting.visit_first_seen import record_first_seen
 from assets.overwriting.visits_source import VisitDay, parse_visit_days
@@ -40,6 +41,7 @@ daily_partitions = dg.DailyPartitionsDefinition(start_date="2024-01-01")
     # Part of each partition's input identity: bump it when the code changes what it
     # writes, and every partition's next run writes again instead of being skipped.
     code_version="1",
+    **declared("data-overwrite", restore=RESTORE_SLICE, reads=["visits"]),
 )
 def visits_daily(
     context: dg.AssetExecutionContext,

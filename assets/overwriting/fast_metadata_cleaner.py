@@ -13,6 +13,7 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field
 
+from assets.catalog import RESTORE_OWN_TABLE, declared
 from assets.materialization import commit_metadata, materialization_metadata
 from assets.overwriting.calendar import days_of_week
 from assets.overwriting.exposition import (
@@ -97,6 +98,7 @@ def replace_week(
     ],
     group_name="overwriting",
     kinds={"spark", "delta"},
+    **declared("fast-metadata-cleaner", restore=RESTORE_OWN_TABLE, reads=["visits"]),
 )
 def visits_weekly(
     context: dg.AssetExecutionContext,

@@ -12,6 +12,7 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
+from assets.catalog import RESTORE_OPERATOR_JOBS, declared
 from assets.columns import column_description
 from assets.materialization import TABLE_NAME, commit_metadata, materialization_metadata
 from assets.progress import Progress
@@ -70,6 +71,7 @@ def _metadata(context: dg.AssetExecutionContext):
             "blacklist_telemetry_file.",
         ),
     ],
+    **declared("out-of-order-telemetry", restore=RESTORE_OPERATOR_JOBS, reads=["telemetry"]),
 )
 def telemetry_raw(
     context: dg.AssetExecutionContext,
@@ -219,6 +221,7 @@ def _derived_result(
     group_name=GROUP,
     kinds={"delta"},
     deps=[telemetry_raw],
+    **declared("out-of-order-telemetry", restore=RESTORE_OPERATOR_JOBS),
 )
 def telemetry_running_totals(
     context: dg.AssetExecutionContext, lakehouse: Lakehouse, telemetry_settings: TelemetrySettings
@@ -296,6 +299,7 @@ def _totals_summary(result: Reconciled, subject: str) -> dg.MetadataValue:
     # After the running totals: their hour starts hold each hour's sums, so the dirty
     # hours are read from there (one row an hour) rather than summed from raw rows again.
     deps=[telemetry_raw, telemetry_running_totals],
+    **declared("out-of-order-telemetry", restore=RESTORE_OPERATOR_JOBS),
 )
 def telemetry_hourly(
     context: dg.AssetExecutionContext, lakehouse: Lakehouse, telemetry_settings: TelemetrySettings

@@ -18,6 +18,7 @@ import dagster as dg
 import pyarrow as pa
 from pyspark.sql import functions as F
 
+from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.materialization import commit_metadata
 from assets.partition_range import SINGLE_RUN, materialize_partitions, parse_day
 from assets.progress import Progress
@@ -46,6 +47,7 @@ DEVICE_MERGE = [
     # Part of each partition's input identity: bump it when the code changes what it
     # writes, and every partition's next run writes again instead of being skipped.
     code_version="1",
+    **declared("merger", restore=RESTORE_WHOLE_TABLE, reads=["devices_cdc"]),
 )
 def devices(
     context: dg.AssetExecutionContext,

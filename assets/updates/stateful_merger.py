@@ -27,6 +27,7 @@ import dagster as dg
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.materialization import commit_metadata, materialization_metadata
 from assets.partition_range import SINGLE_RUN, materialize_partitions, parse_day
 from assets.progress import Progress
@@ -149,6 +150,7 @@ def record_version(
     ],
     group_name="updates",
     kinds={"spark", "delta"},
+    **declared("stateful-merger", restore=RESTORE_WHOLE_TABLE, reads=["device_catalog"]),
 )
 def device_catalog(
     context: dg.AssetExecutionContext,

@@ -17,6 +17,7 @@ import dagster as dg
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.materialization import commit_metadata, materialization_metadata
 from assets.warehouse.events_source import batch_file, parse_batch
 from assets.warehouse.staging_merge import TABLE_COLUMNS, deduplicate, merge_batch
@@ -136,6 +137,7 @@ def audit(lakehouse: Lakehouse, batch_id: str, settings: EventSettings) -> Audit
             (COUNT_CHECK, "Audit: the staging table holds exactly the batch's deduplicated rows."),
         )
     ],
+    **declared("write-audit-publish", restore=RESTORE_WHOLE_TABLE, reads=["events"]),
 )
 def user_events_staging(
     context: dg.AssetExecutionContext,
@@ -188,6 +190,7 @@ def user_events_staging(
     deps=[user_events_staging],
     group_name="warehouse",
     kinds={"spark", "delta"},
+    **declared("newer-wins-merge", restore=RESTORE_WHOLE_TABLE),
 )
 def user_events(
     context: dg.AssetExecutionContext, lakehouse: Lakehouse, event_settings: EventSettings

@@ -11,6 +11,7 @@ step, and one manifest move per step.
 import dagster as dg
 from pydantic import Field
 
+from assets.catalog import RESTORE_REPLAY, declared
 from assets.materialization import commit_metadata
 from assets.run_policy import NO_RETRY_ON_REFUSAL
 from assets.warehouse.manifest import load_manifest as manifest
@@ -48,6 +49,7 @@ def _partition(context: dg.AssetExecutionContext) -> str:
     backfill_policy=dg.BackfillPolicy.single_run(),
     group_name="warehouse",
     kinds={"spark", "delta"},
+    **declared("load-manifest", restore=RESTORE_REPLAY, reads=["enriched"]),
 )
 def shredded_events(
     context: dg.AssetExecutionContext,
@@ -93,6 +95,7 @@ def shredded_events(
     deps=[shredded_events],
     group_name="warehouse",
     kinds={"spark", "delta"},
+    **declared("load-manifest", restore=RESTORE_REPLAY),
 )
 def warehouse_events(
     context: dg.AssetExecutionContext,
