@@ -12,7 +12,7 @@ from typing import Any
 
 import dagster as dg
 
-from assets.external import LANDING, OWNER, landing_key
+from assets.external import CONTROL, LANDING, OWNER, WRITES, landing_key
 
 # How restore_table treats an asset's partitions (see assets/maintenance.py); `{key}` is
 # the asset's key.
@@ -41,14 +41,24 @@ _READS = "landing_folders"
 """Definition metadata keys of the declaration, shown on the asset's page."""
 
 
-def declared(pattern: str, *, restore: str, reads: Sequence[str] = ()) -> dict[str, Any]:
+def declared(
+    pattern: str, *, restore: str, reads: Sequence[str] = (), writes: Sequence[str] = ()
+) -> dict[str, Any]:
     """What an asset declares of itself for the catalog, spread into its `@dg.asset`
     (`**declared(...)`): the pattern it implements, how to restore it (one of the
-    RESTORE_* notes), and the landing folders it reads (see `assets.external.LANDING`)."""
-    unknown = sorted(set(reads) - set(LANDING))
-    if unknown:
-        raise ValueError(f"no landing folder {', '.join(unknown)} (see assets/external.py)")
-    return {"tags": {"pattern": pattern}, "metadata": {_RESTORE: restore, _READS: list(reads)}}
+    RESTORE_* notes), the landing folders it reads and the control tables it writes (see
+    `assets.external`: LANDING, CONTROL)."""
+    for kind, names, known in (
+        ("landing folder", reads, LANDING),
+        ("control table", writes, CONTROL),
+    ):
+        unknown = sorted(set(names) - set(known))
+        if unknown:
+            raise ValueError(f"no {kind} {', '.join(unknown)} (see assets/external.py)")
+    return {
+        "tags": {"pattern": pattern},
+        "metadata": {_RESTORE: restore, _READS: list(reads), WRITES: list(writes)},
+    }
 
 
 def _with_policy(spec: dg.AssetSpec) -> dg.AssetSpec:

@@ -6,6 +6,8 @@ own materialization; they are never materialized alone).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import dagster as dg
 
 OWNER = "team:data-platform"
@@ -21,43 +23,34 @@ LANDING: dict[str, str] = {
     "enriched": "enriched/run=YYYY-MM-DD-HH-MM-SS/, an upstream run directory, done at _SUCCESS.",
 }
 
-# Control table -> (the assets that write it, what it holds).
-CONTROL: dict[str, tuple[tuple[str, ...], str]] = {
+# Control table -> what it holds (each asset declares the control tables it writes).
+CONTROL: dict[str, str] = {
     "visits_manifest": (
-        ("visits_weekly",),
-        "Which table holds each week (weekly or frozen yearly): the visits exposition.",
+        "Which table holds each week (weekly or frozen yearly): the visits exposition."
     ),
-    "visit_first_seen": (("visits_daily",), "When each visit was first seen."),
+    "visit_first_seen": "When each visit was first seen.",
     "input_versions": (
-        ("visits_daily", "devices"),
-        "Transactional Writer: each partition's inputs, numbered, for its app transactions.",
+        "Transactional Writer: each partition's inputs, numbered, for its app transactions."
     ),
     "device_catalog_versions": (
-        ("device_catalog",),
-        "The Delta version each day's MERGE created: what a backfill restores to.",
+        "The Delta version each day's MERGE created: what a backfill restores to."
     ),
-    "device_snapshot_manifest": (
-        ("device_snapshot",),
-        "Proxy: every snapshot, and which one readers see.",
-    ),
-    "payments_conflicts": (
-        ("payments",),
-        "Idempotency keys replayed with another payment, with both versions.",
-    ),
-    "user_sessions_retired": (("user_sessions",), "Session ids merged into another session."),
-    "user_sessions_builds": (("user_sessions",), "One row per build of a day of sessions."),
+    "device_snapshot_manifest": "Proxy: every snapshot, and which one readers see.",
+    "payments_conflicts": "Idempotency keys replayed with another payment, with both versions.",
+    "user_sessions_retired": "Session ids merged into another session.",
+    "user_sessions_builds": "One row per build of a day of sessions.",
     "telemetry_file_state": (
-        ("telemetry_raw",),
-        "Per report file: hash, size, ingested bytes, rows, status, attempts, last error.",
+        "Per report file: hash, size, ingested bytes, rows, status, attempts, last error."
     ),
-    "telemetry_ingest_events": (("telemetry_raw",), "Every ingest, retry, failure and decision."),
-    "telemetry_blacklist": (("telemetry_raw",), "Files an operator blacklisted."),
-    "telemetry_quarantine": (("telemetry_raw",), "Files set aside as too late."),
+    "telemetry_ingest_events": "Every ingest, retry, failure and decision.",
+    "telemetry_blacklist": "Files an operator blacklisted.",
+    "telemetry_quarantine": "Files set aside as too late.",
     "load_manifest": (
-        ("shredded_events", "warehouse_events"),
-        "One row per enriched run: NEW -> PROCESSED -> LOADED, skips and who moved it.",
+        "One row per enriched run: NEW -> PROCESSED -> LOADED, skips and who moved it."
     ),
 }
+WRITES = "control_tables"
+"""Definition metadata key of the control tables an asset declares it writes."""
 
 
 # The file sensors' own control table: what they remember of each landed file.
@@ -69,7 +62,19 @@ def landing_key(folder: str) -> dg.AssetKey:
     return dg.AssetKey(["landing", folder])
 
 
-def external_specs() -> list[dg.AssetSpec]:
+def external_specs(assets: Sequence[dg.AssetsDefinition]) -> list[dg.AssetSpec]:
+    """The landing folders and control tables, each control table downstream of the
+    `assets` that declare they write it."""
+    writers: dict[str, list[dg.AssetKey]] = {table: [] for table in CONTROL}
+    for spec in (spec for asset in assets for spec in asset.specs):
+        for table in spec.metadata.get(WRITES, []):
+            writers[table].append(spec.key)
+    unwritten = [table for table, keys in writers.items() if not keys]
+    if unwritten:
+        raise ValueError(
+            f"no asset declares it writes {', '.join(unwritten)}: name it in the writer's "
+            "**declared(..., writes=[...])"
+        )
     landing = [
         dg.AssetSpec(
             landing_key(folder),
@@ -84,10 +89,11 @@ def external_specs() -> list[dg.AssetSpec]:
     control = [
         _control_spec(
             table,
-            [dg.AssetKey(w) for w in writers],
-            f"{text} Written by {', '.join(writers)} in their own runs; restore it with them.",
+            writers[table],
+            f"{text} Written by {', '.join(key.to_user_string() for key in writers[table])} "
+            "in their own runs; restore it with them.",
         )
-        for table, (writers, text) in CONTROL.items()
+        for table, text in CONTROL.items()
     ]
     sensor_state = _control_spec(
         SENSOR_STATE,

@@ -80,18 +80,18 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
 
 
 def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
+    assets = with_catalog_policy(
+        [
+            *overwriting.assets,
+            *updates.assets,
+            *database.assets,
+            *immutable.assets,
+            *telemetry.assets,
+            *warehouse.assets,
+        ]
+    )
     return dg.Definitions(
-        assets=with_catalog_policy(
-            [
-                *overwriting.assets,
-                *updates.assets,
-                *database.assets,
-                *immutable.assets,
-                *telemetry.assets,
-                *warehouse.assets,
-            ]
-        )
-        + external_specs(),
+        assets=[*assets, *external_specs(assets)],
         jobs=[
             *overwriting.jobs,
             *updates.jobs,

@@ -175,7 +175,7 @@ def test_every_asset_and_check_says_what_it_is_who_owns_it_and_how_to_restore_it
         assert graph.get_check_spec(check_key).description, check_key
 
 
-def test_an_asset_declares_its_pattern_restore_and_landing_folders_in_its_own_module():
+def test_an_asset_declares_its_pattern_restore_and_tables_in_its_own_module():
     @dg.asset(**declared("data-overwrite", restore=RESTORE_SLICE, reads=["visits"]))
     def new_daily_asset() -> None: ...
 
@@ -193,6 +193,16 @@ def test_an_asset_declares_its_pattern_restore_and_landing_folders_in_its_own_mo
         with_catalog_policy([undeclared])
     with pytest.raises(ValueError, match="no landing folder vistis"):
         declared("data-overwrite", restore=RESTORE_SLICE, reads=["vistis"])
+    with pytest.raises(ValueError, match=r"no control table input_version \(see"):
+        declared("data-overwrite", restore=RESTORE_SLICE, writes=["input_version"])
+    # A control table that no asset declares it writes fails the definitions' load.
+    others = [table for table in external.CONTROL if table != "visit_first_seen"]
+
+    @dg.asset(**declared("data-overwrite", restore=RESTORE_SLICE, writes=others))
+    def writes_all_but_one() -> None: ...
+
+    with pytest.raises(ValueError, match="no asset declares it writes visit_first_seen: name"):
+        external.external_specs([writes_all_but_one])
 
 
 def undescribed_fields(config_type, path: str) -> list[str]:

@@ -502,7 +502,12 @@ def _ingest_range(
             "payment.",
         )
     ],
-    **declared("idempotent-insert", restore=RESTORE_WHOLE_TABLE, reads=["payments"]),
+    **declared(
+        "idempotent-insert",
+        restore=RESTORE_WHOLE_TABLE,
+        reads=["payments"],
+        writes=["payments_conflicts"],
+    ),
 )
 def payments(
     context: dg.AssetExecutionContext,

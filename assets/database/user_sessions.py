@@ -645,7 +645,11 @@ def build(
     backfill_policy=SINGLE_RUN,
     group_name="database",
     kinds={"spark", "delta"},
-    **declared("keyed-idempotency", restore=RESTORE_WHOLE_TABLE),
+    **declared(
+        "keyed-idempotency",
+        restore=RESTORE_WHOLE_TABLE,
+        writes=["user_sessions_retired", "user_sessions_builds"],
+    ),
 )
 def user_sessions(
     context: dg.AssetExecutionContext, lakehouse: Lakehouse, session_settings: SessionSettings

@@ -61,7 +61,7 @@ def _snapshot_metadata(lakehouse: Lakehouse, entry: SnapshotEntry, manifest_vers
     deps=[device_catalog],
     group_name="immutable",
     kinds={"spark", "delta"},
-    **declared("proxy", restore=RESTORE_PROXY),
+    **declared("proxy", restore=RESTORE_PROXY, writes=["device_snapshot_manifest"]),
 )
 def device_snapshot(
     context: dg.AssetExecutionContext, config: DeviceSnapshotConfig, lakehouse: Lakehouse

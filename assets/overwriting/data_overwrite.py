@@ -41,7 +41,12 @@ daily_partitions = dg.DailyPartitionsDefinition(start_date="2024-01-01")
     # Part of each partition's input identity: bump it when the code changes what it
     # writes, and every partition's next run writes again instead of being skipped.
     code_version="1",
-    **declared("data-overwrite", restore=RESTORE_SLICE, reads=["visits"]),
+    **declared(
+        "data-overwrite",
+        restore=RESTORE_SLICE,
+        reads=["visits"],
+        writes=["visit_first_seen", "input_versions"],
+    ),
 )
 def visits_daily(
     context: dg.AssetExecutionContext,

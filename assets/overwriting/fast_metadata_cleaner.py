@@ -98,7 +98,12 @@ def replace_week(
     ],
     group_name="overwriting",
     kinds={"spark", "delta"},
-    **declared("fast-metadata-cleaner", restore=RESTORE_OWN_TABLE, reads=["visits"]),
+    **declared(
+        "fast-metadata-cleaner",
+        restore=RESTORE_OWN_TABLE,
+        reads=["visits"],
+        writes=["visits_manifest"],
+    ),
 )
 def visits_weekly(
     context: dg.AssetExecutionContext,

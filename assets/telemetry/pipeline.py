@@ -71,7 +71,17 @@ def _metadata(context: dg.AssetExecutionContext):
             "blacklist_telemetry_file.",
         ),
     ],
-    **declared("out-of-order-telemetry", restore=RESTORE_OPERATOR_JOBS, reads=["telemetry"]),
+    **declared(
+        "out-of-order-telemetry",
+        restore=RESTORE_OPERATOR_JOBS,
+        reads=["telemetry"],
+        writes=[
+            "telemetry_file_state",
+            "telemetry_ingest_events",
+            "telemetry_blacklist",
+            "telemetry_quarantine",
+        ],
+    ),
 )
 def telemetry_raw(
     context: dg.AssetExecutionContext,

@@ -47,7 +47,9 @@ DEVICE_MERGE = [
     # Part of each partition's input identity: bump it when the code changes what it
     # writes, and every partition's next run writes again instead of being skipped.
     code_version="1",
-    **declared("merger", restore=RESTORE_WHOLE_TABLE, reads=["devices_cdc"]),
+    **declared(
+        "merger", restore=RESTORE_WHOLE_TABLE, reads=["devices_cdc"], writes=["input_versions"]
+    ),
 )
 def devices(
     context: dg.AssetExecutionContext,

@@ -150,7 +150,12 @@ def record_version(
     ],
     group_name="updates",
     kinds={"spark", "delta"},
-    **declared("stateful-merger", restore=RESTORE_WHOLE_TABLE, reads=["device_catalog"]),
+    **declared(
+        "stateful-merger",
+        restore=RESTORE_WHOLE_TABLE,
+        reads=["device_catalog"],
+        writes=["device_catalog_versions"],
+    ),
 )
 def device_catalog(
     context: dg.AssetExecutionContext,

@@ -49,7 +49,9 @@ def _partition(context: dg.AssetExecutionContext) -> str:
     backfill_policy=dg.BackfillPolicy.single_run(),
     group_name="warehouse",
     kinds={"spark", "delta"},
-    **declared("load-manifest", restore=RESTORE_REPLAY, reads=["enriched"]),
+    **declared(
+        "load-manifest", restore=RESTORE_REPLAY, reads=["enriched"], writes=["load_manifest"]
+    ),
 )
 def shredded_events(
     context: dg.AssetExecutionContext,
@@ -95,7 +97,7 @@ def shredded_events(
     deps=[shredded_events],
     group_name="warehouse",
     kinds={"spark", "delta"},
-    **declared("load-manifest", restore=RESTORE_REPLAY),
+    **declared("load-manifest", restore=RESTORE_REPLAY, writes=["load_manifest"]),
 )
 def warehouse_events(
     context: dg.AssetExecutionContext,
