@@ -15,9 +15,11 @@ $(STAMP): pyproject.toml
 	@mkdir -p .data
 	$(PYTHON) -m venv $(VENV)
 	@# uv installs the packages (pip only installs uv): it fetches wheels in parallel and
-	@# links them from its cache, a set-up of 40 s cold and 2 s warm where pip takes 54 s warm.
+	@# links them from its cache, where pip takes 54 s with its cache warm. Compiled at
+	@# install, as pip does: with PYTHONDONTWRITEBYTECODE set (as on these machines), every
+	@# process would compile dagster and pyspark again (runs took twice as long to start).
 	$(PY) -m pip install --quiet uv > .data/setup.log 2>&1 || { cat .data/setup.log; exit 1; }
-	$(PY) -m uv pip install --quiet --python $(PY) -e '.[dev]' >> .data/setup.log 2>&1 || { cat .data/setup.log; exit 1; }
+	$(PY) -m uv pip install --quiet --compile-bytecode --python $(PY) -e '.[dev]' >> .data/setup.log 2>&1 || { cat .data/setup.log; exit 1; }
 	@# Spark needs Java 17+: stop here with what to install rather than fail deep in a run.
 	@$(PY) -c 'from resources.spark import ensure_java; print("Java for Spark:", ensure_java())'
 	@# Delta Lake (and hadoop-aws for s3://) from Maven Central, once, into a cache that
