@@ -11,7 +11,7 @@ export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "Python 3.11+ is needed (found $$($(PYTHON) --version)); set PYTHON=python3.11"; exit 1; }
-	@# pip's output goes to a log, shown only when it fails.
+	@# The installers' output goes to a log, shown only when it fails.
 	@mkdir -p .data
 	$(PYTHON) -m venv $(VENV)
 	@# uv installs the packages (pip only installs uv): it fetches wheels in parallel and
