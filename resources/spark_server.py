@@ -47,8 +47,9 @@ REMOTE_ENV = "SPARK_REMOTE"
 STATE_ENV = "SPARK_SERVER_STATE"
 
 
-PORTS_LOCK = Path(tempfile.gettempdir()) / "idempotent-lakehouse-spark-ports.lock"
-"""Held by whoever is choosing a port and starting a server on it, on this machine."""
+PORTS_LOCK = Path(tempfile.gettempdir()) / f"idempotent-lakehouse-spark-ports-{os.getuid()}.lock"
+"""Held by whoever is choosing a port and starting a server on it, on this machine (one
+file per user: another user's would not be ours to open)."""
 
 
 @contextlib.contextmanager
