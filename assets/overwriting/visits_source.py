@@ -186,9 +186,8 @@ def parse_visits(
             .withColumn("copy", F.row_number().over(first_copy))
             .where(F.col("copy") == 1)
             .drop("copy")
-            .orderBy("event_time", "visit_id")
         )
-        parts = lakehouse.staged_parts(visits, "event_date")
+        parts = lakehouse.staged_parts(visits, "event_date", order=["event_time", "visit_id"])
     finally:
         parsed.unpersist()
     return ParsedVisits(parts, facts.fingerprints, facts.lines, facts.lines_by_file)

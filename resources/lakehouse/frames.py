@@ -3,7 +3,7 @@ once, in the engine's form), and Arrow rows made a Spark DataFrame."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -54,13 +54,21 @@ class StagedParts:
         return self.data.where(F.col(self.column) == F.lit(value)), self.counts.get(value, 0)
 
 
-def staged_parts(frame: DataFrame, column: str, *, collect: bool) -> StagedParts:
-    """`frame` evaluated once, ready to be written part by part: collected as Arrow for an
-    engine that writes from this process (`collect`; one Spark job), else checkpointed
-    on the cluster and counted by part (two)."""
+def staged_parts(
+    frame: DataFrame, column: str, *, collect: bool, order: Sequence[str] = ()
+) -> StagedParts:
+    """`frame` evaluated once, ready to be written part by part, its rows sorted by
+    `order` (ascending, nulls first, as Spark sorts): collected as Arrow for an engine
+    that writes from this process (`collect`; one Spark job, sorted here: a global sort on
+    Spark would add a sampling job), else sorted and checkpointed on the cluster and
+    counted by part (two)."""
     if collect:
-        return StagedParts(frame.toArrow(), column)
-    checkpointed = frame.localCheckpoint()
+        table = frame.toArrow()
+        return StagedParts(
+            table.sort_by([(name, "ascending", "at_start") for name in order]) if order else table,
+            column,
+        )
+    checkpointed = (frame.orderBy(*order) if order else frame).localCheckpoint()
     counts = {row[0]: row[1] for row in checkpointed.groupBy(column).count().collect()}
     return StagedParts(checkpointed, column, counts)
 

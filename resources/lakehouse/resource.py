@@ -246,12 +246,15 @@ class Lakehouse(dg.ConfigurableResource):
         """The versions `table` records for these app ids (ids it never saw are left out)."""
         return self._delta().app_transaction_versions(self.uri(table), app_ids)
 
-    def staged_parts(self, frame: DataFrame, column: str) -> StagedParts:
-        """`frame`, the rows of several partitions, evaluated once and split by `column`
-        in the form this engine writes from with the least work: delta-rs collects the
-        frame to Arrow (each write would collect its part anyway, a Spark job each) and
-        slices it; delta-spark checkpoints it and keeps each part on the cluster."""
-        return staged_parts(frame, column, collect=self.engine == "delta-rs")
+    def staged_parts(
+        self, frame: DataFrame, column: str, *, order: Sequence[str] = ()
+    ) -> StagedParts:
+        """`frame`, the rows of several partitions, evaluated once, sorted by `order` and
+        split by `column` in the form this engine writes from with the least work:
+        delta-rs collects the frame to Arrow (each write would collect its part anyway, a
+        Spark job each) and slices it; delta-spark checkpoints it and keeps each part on
+        the cluster."""
+        return staged_parts(frame, column, collect=self.engine == "delta-rs", order=order)
 
     # -- writes -------------------------------------------------------------------------
 
