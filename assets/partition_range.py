@@ -26,6 +26,19 @@ def parse_day(key: str) -> dt.date:
     return dt.date.fromisoformat(key)
 
 
+def existing_keys(partitions: dg.TimeWindowPartitionsDefinition) -> Callable[[str], bool]:
+    """Whether a key of `partitions`, in its own form (an ISO day, aligned on its cadence),
+    exists now: from its calendar's first key to its last, compared as text, since ISO
+    days sort as their dates. Asked once: `has_partition_key` walks the calendar on every
+    call, 0.5 ms each, which a sensor's tick over 20,000 files paid 20 s for."""
+    if partitions.fmt != "%Y-%m-%d":
+        raise ValueError(f"partition keys of the form {partitions.fmt!r} do not sort as text")
+    first, last = partitions.get_first_partition_key(), partitions.get_last_partition_key()
+    if first is None or last is None:
+        return lambda key: False
+    return lambda key: first <= key <= last
+
+
 def stretches(items: Iterable[T], follows: Callable[[T, T], bool]) -> list[list[T]]:
     """`items` cut into runs of adjacent ones: an item starts a new stretch unless
     `follows(item, previous)`."""

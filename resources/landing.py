@@ -80,7 +80,7 @@ class LandingFileError(OSError):
         self.problem = problem
 
 
-def _regular_file(full: Path) -> tuple[os.stat_result | None, str | None]:
+def _regular_file(full: Path | os.DirEntry) -> tuple[os.stat_result | None, str | None]:
     """The file's stat (through a symbolic link), or what it is when no regular file."""
     try:
         st = full.stat()
@@ -130,23 +130,32 @@ class LandingZone(dg.ConfigurableResource):
         base = self.absolute(prefix)
         if not base.is_dir():
             return []
-        root = Path(self.root).resolve()
+        root = str(Path(self.root).resolve())
         stats = []
-        for dirpath, dirnames, filenames in os.walk(base):
-            visible = sorted(d for d in dirnames if not d.startswith((".", "_")))
-            # A folder named like a file is where a file belongs: named, not walked.
-            misplaced = [d for d in visible if suffix and d.endswith(suffix)]
-            dirnames[:] = [d for d in visible if d not in misplaced] if recursive else []
-            for name in [*filenames, *misplaced]:
-                if name.startswith((".", "_")) or not name.endswith(suffix):
-                    continue
-                full = Path(dirpath) / name
-                relative = full.relative_to(root).as_posix()
-                st, problem = _regular_file(full)
-                if st is None:
-                    log.warning(f"landing file {relative} skipped: it is {problem}")
-                    continue
-                stats.append(FileStat(relative, st.st_size, st.st_mtime_ns))
+        # os.scandir and text, not os.walk and Path: a tick lists every landed file, and
+        # Path's work per file made listing 100,000 files take seconds.
+        folders = [str(base)]
+        while folders:
+            folder = folders.pop()
+            under = folder[len(root) + 1 :]
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name.startswith((".", "_")):
+                        continue
+                    # A folder named like a file is where a file belongs: named, not walked.
+                    if entry.is_dir() and not (suffix and name.endswith(suffix)):
+                        if recursive and not entry.is_symlink():
+                            folders.append(entry.path)
+                        continue
+                    if not name.endswith(suffix):
+                        continue
+                    relative = f"{under}/{name}" if under else name
+                    st, problem = _regular_file(entry)
+                    if st is None:
+                        log.warning(f"landing file {relative} skipped: it is {problem}")
+                        continue
+                    stats.append(FileStat(relative, st.st_size, st.st_mtime_ns))
         return sorted(stats, key=lambda s: s.path)
 
     def folders(self, prefix: str) -> list[str]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from assets.materialization import latest_materialization, recorded_source_digest
-from assets.partition_range import run_partitions, stretches
+from assets.partition_range import existing_keys, run_partitions, stretches
 from assets.updates import device_catalog, device_catalog_job, devices, devices_job
 from resources import Lakehouse, LandingZone
 from resources.landing import Fingerprint, sources_digest
@@ -52,6 +52,7 @@ class ChangeSource:
             return None
 
 
+MATERIALIZATIONS_PAGE = 1000
 SOURCES = (
     ChangeSource(devices, devices_job.name, "devices_cdc", ".csv"),
     ChangeSource(device_catalog, device_catalog_job.name, "device_catalog", ".jsonl"),
@@ -87,18 +88,54 @@ def _short(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _recorded_label(recorded: str | None, at: int | None) -> str | None:
+    return None if at is None else f"{at}:{recorded or ''}"
+
+
 def _states(
-    instance: dg.DagsterInstance, key: dg.AssetKey, files: dict[dt.date, Fingerprint]
-) -> dict[dt.date, DayState]:
+    instance: dg.DagsterInstance,
+    key: dg.AssetKey,
+    files: dict[dt.date, Fingerprint],
+    scan: file_state.Scan,
+    after: int | None,
+) -> tuple[dict[dt.date, DayState], int]:
+    """Each day's state, and the storage id to look after at the next tick.
+
+    What a day's latest materialization recorded is remembered in the label of the day's
+    file (`<storage id>:<digest>`; none: never materialized), as of the materializations
+    up to `after`: a tick fetches only those stored since (one query, paged), and looks
+    up one by one only the days whose file is new to the state. A tick thus costs what
+    changed, not one instance query per file (the cost grew with every day landed)."""
+    newest: dict[str, dg.EventLogRecord] = {}
+    if after is None:
+        latest = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=1)
+        after = latest.records[0].storage_id if latest.records else 0
+        remembered: set[str] = set()
+    else:
+        remembered = set(scan.previous)
+        while True:
+            page = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=key, after_storage_id=after),
+                limit=MATERIALIZATIONS_PAGE,
+                ascending=True,
+            ).records
+            for record in page:
+                newest[record.partition_key] = record
+                after = record.storage_id
+            if len(page) < MATERIALIZATIONS_PAGE:
+                break
     states = {}
     for day, fingerprint in files.items():
-        record = latest_materialization(instance, key, day.isoformat())
-        states[day] = DayState(
-            fingerprint,
-            recorded_source_digest(record),
-            record.storage_id if record else None,
-        )
-    return states
+        record = newest.get(day.isoformat())
+        if record is None and fingerprint.path not in remembered:
+            record = latest_materialization(instance, key, day.isoformat())
+        if record is not None:
+            states[day] = DayState(fingerprint, recorded_source_digest(record), record.storage_id)
+            continue
+        label = scan.seen.labels.get(fingerprint.path)
+        at, _, recorded = label.partition(":") if label else (None, "", None)
+        states[day] = DayState(fingerprint, recorded, int(at) if at else None)
+    return states, after
 
 
 def _request(
@@ -188,32 +225,42 @@ def catalog_request(source: ChangeSource, states: dict[dt.date, DayState]) -> li
 def change_files(
     context: dg.SensorEvaluationContext, landing: LandingZone, lakehouse: Lakehouse
 ) -> dg.SensorResult:
-    state = file_state.load(lakehouse, change_files.name, context.cursor, context.log)
-    previous = state.fingerprints
+    folders = [(source.folder, source.suffix) for source in SOURCES]
+    scan = file_state.scan(change_files.name, context, lakehouse, landing, folders)
+    looked_after = file_state.cursor_extra(context.cursor, "after") or {}
     current: dict[str, Fingerprint] = {}
+    labels: dict[str, str] = {}
+    after: dict[str, int] = {}
     requests: list[dg.RunRequest] = []
     for source in SOURCES:
-        partitions = source.asset.partitions_def
+        exists = existing_keys(source.asset.partitions_def)
         files: dict[dt.date, Fingerprint] = {}
-        stats = landing.list(source.folder, suffix=source.suffix)
-        prints = landing.fingerprints(stats, previous)
-        for stat in stats:
+        for stat in scan.listed:
+            if not stat.path.startswith(f"{source.folder}/"):
+                continue
             day = source.day_of(stat.path)
             if day is None:
                 context.log.warning(
                     f"ignoring {stat.path}: the layout is {source.folder}/YYYY-MM-DD{source.suffix}"
                 )
                 continue
-            fingerprint = prints.get(stat.path)
-            if fingerprint is not None and partitions.has_partition_key(day.isoformat()):
+            fingerprint = scan.current.get(stat.path)
+            if fingerprint is not None and exists(day.isoformat()):
                 files[day] = fingerprint
                 current[stat.path] = fingerprint
-        states = _states(context.instance, source.asset.key, files)
+        name = source.asset.key.to_user_string()
+        states, after[name] = _states(
+            context.instance, source.asset.key, files, scan, looked_after.get(name)
+        )
+        for state in states.values():
+            label = _recorded_label(state.recorded, state.materialized_at)
+            if label is not None:
+                labels[state.file.path] = label
         if source.asset is devices:
             requests += devices_requests(source, states)
         else:
             requests += catalog_request(source, states)
     return dg.SensorResult(
         run_requests=requests,
-        cursor=file_state.store(lakehouse, change_files.name, state, current),
+        cursor=scan.cursor(lakehouse, current, labels, {"after": after}),
     )

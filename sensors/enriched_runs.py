@@ -99,11 +99,11 @@ def stuck_enriched_runs(
         for row in sorted(stuck, key=lambda r: r.run_id)
         if not _in_progress(context.instance, row.run_id)
     ]
-    registered = set(context.instance.get_dynamic_partitions(enriched_runs.name))
-    unregistered = sorted({r.partition_key for r in requests} - registered)
     return dg.SensorResult(
         run_requests=requests,
-        dynamic_partitions_requests=(
-            [enriched_runs.build_add_request(unregistered)] if unregistered else []
-        ),
+        dynamic_partitions_requests=[
+            enriched_runs.build_add_request([r.partition_key for r in requests])
+        ]
+        if requests
+        else [],
     )

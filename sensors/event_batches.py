@@ -31,22 +31,22 @@ def batch_id_of(path: str) -> str | None:
 def event_batch_files(
     context: dg.SensorEvaluationContext, landing: LandingZone, lakehouse: Lakehouse
 ) -> dg.SensorResult:
-    state = file_state.load(lakehouse, event_batch_files.name, context.cursor, context.log)
-    previous = state.fingerprints
-    current, requests, skipped = {}, [], []
-    stats = landing.list(EVENTS_FOLDER, suffix=SUFFIX)
-    prints = landing.fingerprints(stats, previous)
-    for stat in stats:
+    scan = file_state.scan(
+        event_batch_files.name, context, lakehouse, landing, [(EVENTS_FOLDER, SUFFIX)]
+    )
+    current, requests, skipped, first_seen = {}, [], [], []
+    for stat in scan.listed:
         batch_id = batch_id_of(stat.path)
         if batch_id is None:
             skipped.append(stat.path)
             continue
-        fingerprint = prints.get(stat.path)
+        fingerprint = scan.current.get(stat.path)
         if fingerprint is None:
             continue
         current[stat.path] = fingerprint
-        known = previous.get(stat.path)
-        if known is None or known.sha256 != fingerprint.sha256:
+        if stat.path not in scan.previous:
+            first_seen.append(batch_id)
+        if scan.is_new_content(stat.path):
             requests.append(
                 dg.RunRequest(run_key=f"{batch_id}:{fingerprint.sha256}", partition_key=batch_id)
             )
@@ -55,10 +55,12 @@ def event_batch_files(
             f"not event batches (the layout is {EVENTS_FOLDER}/<batch_id>{SUFFIX}): "
             + ", ".join(skipped[:20])
         )
-    registered = set(context.instance.get_dynamic_partitions(event_batches.name))
-    new = sorted({r.partition_key for r in requests} - registered)
     return dg.SensorResult(
         run_requests=requests,
-        dynamic_partitions_requests=[event_batches.build_add_request(new)] if new else [],
-        cursor=file_state.store(lakehouse, event_batch_files.name, state, current),
+        # The batches of files new to the state: reading every registered key instead cost
+        # a tick 0.2 s per 20,000 batches (and the daemon skips any key already added).
+        dynamic_partitions_requests=[event_batches.build_add_request(first_seen)]
+        if first_seen
+        else [],
+        cursor=scan.cursor(lakehouse, current),
     )

@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import dagster as dg
 import pyarrow as pa
 
 from assets.external import SENSOR_STATE
 from resources import Lakehouse
 from resources.lakehouse.port import VersionUnavailableError
 from resources.lakehouse.predicates import eq
-from resources.landing import Fingerprint
+from resources.landing import FileStat, Fingerprint, LandingZone
 
 TABLE = SENSOR_STATE
 SCHEMA = pa.schema(
@@ -57,10 +59,19 @@ class SeenFiles:
 EMPTY = SeenFiles({}, {}, None)
 
 
-def cursor_of(version: int | None, files: int) -> str | None:
+def cursor_of(
+    version: int | None, files: int, extra: Mapping[str, Any] | None = None
+) -> str | None:
     if version is None:
         return None
-    return json.dumps({"state_version": version, "files": files}, separators=(",", ":"))
+    pointer = {"state_version": version, "files": files, **(extra or {})}
+    return json.dumps(pointer, separators=(",", ":"))
+
+
+def cursor_extra(cursor: str | None, key: str) -> Any:
+    """What the sensor kept under `key` in its cursor beside the state's version (None:
+    nothing, or no cursor)."""
+    return json.loads(cursor).get(key) if cursor else None
 
 
 def load(
@@ -87,12 +98,14 @@ def load(
         )
         version = store.version(TABLE)
         rows = store.read_arrow(TABLE, where=eq("sensor", sensor))
-    fingerprints, labels = {}, {}
-    for row in rows.to_pylist():
-        path = row["path"]
-        fingerprints[path] = Fingerprint(path, row["size"], row["mtime_ns"], row["sha256"])
-        if row["label"] is not None:
-            labels[path] = row["label"]
+    # Column by column: a row dict per file cost as much as listing the files again.
+    paths, sizes, mtimes, hashes, names = (
+        rows.column(name).to_pylist() for name in ("path", "size", "mtime_ns", "sha256", "label")
+    )
+    fingerprints = {
+        p: Fingerprint(p, *facts) for p, *facts in zip(paths, sizes, mtimes, hashes, strict=True)
+    }
+    labels = {path: label for path, label in zip(paths, names, strict=True) if label is not None}
     return SeenFiles(fingerprints, labels, version)
 
 
@@ -102,12 +115,14 @@ def store(
     previous: SeenFiles,
     fingerprints: Mapping[str, Fingerprint],
     labels: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> str | None:
     """Keep `fingerprints` (and `labels`) as the sensor's state; returns the cursor that
-    points at it. Writes a commit only when the state changed."""
+    points at it, with `extra` beside the version. Writes a commit only when the state
+    changed."""
     labels = labels or {}
     if previous.version is not None and previous.same_as(fingerprints, labels):
-        return cursor_of(previous.version, len(fingerprints))
+        return cursor_of(previous.version, len(fingerprints), extra)
     if previous.version is None and not fingerprints and not previous.fingerprints:
         return None
     paths = sorted(fingerprints)
@@ -131,4 +146,65 @@ def store(
         partition_by=["sensor"],
         metadata={"sensor": sensor, "files": len(paths)},
     )
-    return cursor_of(result.version, len(paths))
+    return cursor_of(result.version, len(paths), extra)
+
+
+@dataclass(frozen=True)
+class Scan:
+    """One tick's look at a sensor's files: what its last stored tick remembered, and the
+    files listed now with their fingerprints (hashed again only where size or mtime moved).
+    Every file sensor starts its tick with `scan` and ends it with `cursor`."""
+
+    sensor: str
+    seen: SeenFiles
+    listed: list[FileStat]
+    current: dict[str, Fingerprint]
+    """The listed files' fingerprints by path (a file gone or unreadable since it was
+    listed is left out: the next tick looks at it again)."""
+
+    @property
+    def previous(self) -> Mapping[str, Fingerprint]:
+        return self.seen.fingerprints
+
+    def changed(self) -> set[str]:
+        """New files, files whose content changed, and files that disappeared."""
+        previous, current = self.seen.fingerprints, self.current
+        return {
+            path
+            for path in previous.keys() | current.keys()
+            if path not in previous
+            or path not in current
+            or previous[path].sha256 != current[path].sha256
+        }
+
+    def is_new_content(self, path: str) -> bool:
+        """Whether the file at `path` is new, or its content changed, since the last tick."""
+        known = self.seen.fingerprints.get(path)
+        return known is None or known.sha256 != self.current[path].sha256
+
+    def cursor(
+        self,
+        lakehouse: Lakehouse,
+        keep: Mapping[str, Fingerprint] | None = None,
+        labels: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> str | None:
+        """The cursor of a tick that remembers `keep` (default: every current file) with
+        `labels`, and `extra` beside the state's version."""
+        kept = self.current if keep is None else keep
+        return store(lakehouse, self.sensor, self.seen, kept, labels, extra)
+
+
+def scan(
+    sensor: str,
+    context: dg.SensorEvaluationContext,
+    lakehouse: Lakehouse,
+    landing: LandingZone,
+    folders: Sequence[tuple[str, str]],
+) -> Scan:
+    """The tick's look at the files under each `(folder, suffix)` of `folders`, against
+    the state the sensor's last stored tick left (see `Scan`)."""
+    seen = load(lakehouse, sensor, context.cursor, context.log)
+    listed = [stat for folder, suffix in folders for stat in landing.list(folder, suffix=suffix)]
+    current = landing.fingerprints(listed, seen.fingerprints)
+    return Scan(sensor, seen, listed, current)

@@ -39,26 +39,19 @@ def telemetry_files(
     lakehouse: Lakehouse,
     telemetry_settings: TelemetrySettings,
 ) -> dg.SensorResult:
-    state = file_state.load(lakehouse, telemetry_files.name, context.cursor, context.log)
-    previous, previous_subjects = state.fingerprints, state.labels
-    current, subject_by_path, unplaced = {}, {}, []
-    stats = landing.list(LANDING_PREFIX, suffix=REPORT_SUFFIX)
-    prints = landing.fingerprints(stats, previous)
-    for stat in stats:
-        fingerprint = prints.get(stat.path)
-        if fingerprint is None:
-            continue
-        current[stat.path] = fingerprint
-        known = previous.get(stat.path)
+    scan = file_state.scan(
+        telemetry_files.name, context, lakehouse, landing, [(LANDING_PREFIX, REPORT_SUFFIX)]
+    )
+    current, previous_subjects = scan.current, scan.seen.labels
+    subject_by_path, unplaced = {}, []
+    for path in current:
         subject = (
-            previous_subjects.get(stat.path)
-            if known is not None and known.sha256 == fingerprint.sha256
-            else None
-        ) or subject_of(stat.path, telemetry_settings, lambda p=stat.path: landing.head(p))
+            None if scan.is_new_content(path) else previous_subjects.get(path)
+        ) or subject_of(path, telemetry_settings, lambda p=path: landing.head(p))
         if subject is not None:
-            subject_by_path[stat.path] = subject
+            subject_by_path[path] = subject
         else:
-            unplaced.append(stat.path)
+            unplaced.append(path)
     if unplaced:
         context.log.warning(
             f"ignoring {len(unplaced)} report file(s) that name no subject under the "
@@ -94,8 +87,7 @@ def telemetry_files(
         reflected=control.reconciled_versions(lakehouse, subject_keys),
         now=dt.datetime.now(dt.UTC),
     )
-    registered = set(context.instance.get_dynamic_partitions(subjects.name))
-    new_subjects = sorted({s for s, _ in landed.values()} - registered)
+    seen_first = {s for s, _ in landed.values()} - set(previous_subjects.values())
     return dg.SensorResult(
         run_requests=[
             dg.RunRequest(
@@ -108,8 +100,9 @@ def telemetry_files(
             )
             for p in pending
         ],
-        dynamic_partitions_requests=[subjects.build_add_request(new_subjects)]
-        if new_subjects
+        # Subjects no earlier tick saw (the daemon skips any key already added).
+        dynamic_partitions_requests=[subjects.build_add_request(sorted(seen_first))]
+        if seen_first
         else [],
-        cursor=file_state.store(lakehouse, telemetry_files.name, state, current, subject_by_path),
+        cursor=scan.cursor(lakehouse, labels=subject_by_path),
     )

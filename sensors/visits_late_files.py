@@ -16,6 +16,7 @@ range in one run and one Spark session, so 42 new days are two runs (days and we
 """
 
 import datetime as dt
+import functools
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from assets.overwriting import (
     weekly_partitions,
 )
 from assets.overwriting.calendar import day_of_file, week_start
-from assets.partition_range import run_partitions, stretches
+from assets.partition_range import existing_keys, run_partitions, stretches
 from resources import Lakehouse, LandingZone
 from resources.landing import Fingerprint, sources_digest
 from sensors import file_state
@@ -116,25 +117,16 @@ def partition_runs(dirty: Iterable[DirtyPartition]) -> list[PartitionRun]:
     return [PartitionRun(tuple(run)) for run in stretches(dirty, DirtyPartition.follows)]
 
 
-def changed_paths(
-    previous: Mapping[str, Fingerprint], current: Mapping[str, Fingerprint]
-) -> set[str]:
-    """New files, files whose content changed, and files that disappeared."""
-    return {
-        path
-        for path in previous.keys() | current.keys()
-        if path not in previous
-        or path not in current
-        or previous[path].sha256 != current[path].sha256
-    }
-
-
-def partitions_of(path: str) -> list[tuple[dg.AssetKey, str]]:
+def partitions_of(path: str) -> tuple[tuple[dg.AssetKey, str], ...]:
     """The (asset, partition) pairs whose input includes the visits file at `path`."""
-    day = day_of_file(path)
+    return _partitions_of_day(day_of_file(path))
+
+
+@functools.lru_cache(maxsize=4096)
+def _partitions_of_day(day: dt.date | None) -> tuple[tuple[dg.AssetKey, str], ...]:
     if day is None:
-        return []
-    return [(VISITS_DAILY_KEY, day.isoformat()), (VISITS_WEEKLY_KEY, week_start(day).isoformat())]
+        return ()
+    return ((VISITS_DAILY_KEY, day.isoformat()), (VISITS_WEEKLY_KEY, week_start(day).isoformat()))
 
 
 def dirty_partitions(
@@ -170,12 +162,10 @@ def dirty_partitions(
     return dirty
 
 
-def not_yet_partitioned(path: str) -> bool:
-    """Whether the file belongs to a day or week whose partition does not exist yet."""
-    return any(
-        not PARTITIONS[asset_key].has_partition_key(partition_key)
-        for asset_key, partition_key in partitions_of(path)
-    )
+def existing_partitions() -> Callable[[tuple[dg.AssetKey, str]], bool]:
+    """Whether an (asset, partition) pair exists now (asked once per tick)."""
+    exists = {key: existing_keys(partitions) for key, partitions in PARTITIONS.items()}
+    return lambda partition: exists[partition[0]](partition[1])
 
 
 def latest_materializations(
@@ -199,26 +189,23 @@ def latest_materializations(
 def visits_late_files(
     context: dg.SensorEvaluationContext, landing: LandingZone, lakehouse: Lakehouse
 ) -> dg.SensorResult:
-    state = file_state.load(lakehouse, visits_late_files.name, context.cursor, context.log)
-    previous = state.fingerprints
-    current = landing.fingerprints(landing.list("visits", suffix=".jsonl"), previous)
-    changed = changed_paths(previous, current)
+    scan = file_state.scan(
+        visits_late_files.name, context, lakehouse, landing, [("visits", ".jsonl")]
+    )
+    current, changed = scan.current, scan.changed()
     unplaced = sorted(p for p in changed if day_of_file(p) is None and p in current)
     if unplaced:
         context.log.warning(f"ignoring files outside visits/date=YYYY-MM-DD/: {unplaced[:5]}")
-    waiting = {path for path in current if not_yet_partitioned(path)}
+    exists = existing_partitions()
+    # A file of a day or week whose partition does not exist yet is looked at again.
+    waiting = {path for path in current if not all(map(exists, partitions_of(path)))}
     latest = latest_materializations(context.instance)
     dirty = [
         partition
         for partition in dirty_partitions(changed, current, latest)
-        if PARTITIONS[partition.asset_key].has_partition_key(partition.partition_key)
+        if exists((partition.asset_key, partition.partition_key))
     ]
     return dg.SensorResult(
         run_requests=[run.request() for run in partition_runs(dirty)],
-        cursor=file_state.store(
-            lakehouse,
-            visits_late_files.name,
-            state,
-            {p: f for p, f in current.items() if p not in waiting},
-        ),
+        cursor=scan.cursor(lakehouse, {p: f for p, f in current.items() if p not in waiting}),
     )

@@ -8,12 +8,13 @@ derived from `%Y-%W` or a week number alone: week 2024-12-30 holds Dec 30 2024 t
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 
 DAY_FOLDER_PATTERN = r"^visits/date=(\d{4}-\d{2}-\d{2})/"
 """A visits file's path, its event day captured (Python and Spark regex alike)."""
 # The layout is visits/date=YYYY-MM-DD/<file>: a file in a deeper folder follows none.
-_DAY_FILE = re.compile(DAY_FOLDER_PATTERN + r"[^/]+$")
+_DAY_FOLDER = re.compile(DAY_FOLDER_PATTERN.removesuffix("/") + "$")
 
 
 def week_start(day: dt.date) -> dt.date:
@@ -39,7 +40,14 @@ def day_folder(day: dt.date) -> str:
 def day_of_file(path: str) -> dt.date | None:
     """The event day a landed visits file belongs to, from its `date=` folder; None when
     the path does not follow the layout."""
-    match = _DAY_FILE.match(path)
+    folder, _, name = path.rpartition("/")
+    return _day_of_folder(folder) if name else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _day_of_folder(folder: str) -> dt.date | None:
+    """Parsed once per folder: a sensor's tick asks for every landed file's day."""
+    match = _DAY_FOLDER.match(folder)
     if not match:
         return None
     try:

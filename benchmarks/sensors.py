@@ -1,0 +1,142 @@
+"""What a file sensor's tick costs as the landing zone grows, side by side in one run.
+
+For each file sensor, a tick that finds `--new` new files among `--small` known files,
+against one that finds as many new files among `--large` known ones (the known files are
+in the sensor's state: a first tick saw them). A tick's cost should follow the files that
+changed, not the files known: the ratio large / small is the figure.
+
+- visits_late_files: `visits/date=YYYY-MM-DD/*.jsonl` over the days of 2025; the new
+  files land in ten of those days.
+- event_batch_files: `events/<batch_id>.jsonl`, one batch a file.
+- change_files: `devices_cdc/YYYY-MM-DD.csv`, one file a day, so at most one file per
+  day of its calendar: `--small-days` against `--large-days` known days, ten new.
+
+Each tick is evaluated as the daemon evaluates it (the sensor's function with its
+resources and a real SQLite instance), from the cursor the first tick stored: the median
+of three.
+
+Run: `.venv/bin/python benchmarks/sensors.py [--small 1000] [--large 100000] [--new 100]`.
+"""
+
+import argparse
+import datetime as dt
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT_ROOT))
+
+import dagster as dg  # noqa: E402
+
+from resources import Lakehouse, LandingZone, SparkResource  # noqa: E402
+from sensors import change_files, event_batch_files, visits_late_files  # noqa: E402
+
+FIRST_DAY = dt.date(2025, 1, 1)
+DAYS = 365
+REPEATS = 3
+
+
+def visit_file(root: Path, index: int, *, new: bool = False) -> None:
+    day = FIRST_DAY + dt.timedelta(days=(index % 10) * 7 if new else index % DAYS)
+    folder = root / "visits" / f"date={day.isoformat()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    row = {"visit_id": f"v{index}", "user_id": "u", "event_time": f"{day}T10:00:00Z"}
+    name = f"{'late' if new else 'part'}-{index:06d}.jsonl"
+    (folder / name).write_text(json.dumps(row) + "\n")
+
+
+def batch_file(root: Path, index: int, *, new: bool = False) -> None:
+    folder = root / "events"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"{'new' if new else 'batch'}-{index:06d}.jsonl"
+    (folder / name).write_text(json.dumps({"event_id": str(index)}) + "\n")
+
+
+def cdc_file(root: Path, index: int, *, new: bool = False) -> None:
+    folder = root / "devices_cdc"
+    folder.mkdir(parents=True, exist_ok=True)
+    day = dt.date(2024, 1, 1) + dt.timedelta(days=index)
+    (folder / f"{day.isoformat()}.csv").write_text(f"type;full_name;version\nphone;P{index};1\n")
+
+
+def tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, resources: dict, cursor):
+    with dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources) as context:
+        result = sensor(context)
+    for request in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    return result
+
+
+def tick_cost(
+    sensor: dg.SensorDefinition,
+    write: Callable[..., None],
+    known: int,
+    new: int,
+) -> tuple[float, int]:
+    """Seconds of a tick finding `new` files among `known` (median of REPEATS), and the
+    runs it requested."""
+    work = Path(tempfile.mkdtemp(prefix="bench-sensors-"))
+    try:
+        landing_root = work / "landing"
+        for index in range(known):
+            write(landing_root, index)
+        resources = {
+            "landing": LandingZone(root=str(landing_root)),
+            "lakehouse": Lakehouse(root=str(work / "lakehouse"), spark=SparkResource()),
+        }
+        instance = dg.DagsterInstance.from_config(str(_home(work)))
+        first = tick(sensor, instance, resources, None)
+        for index in range(known, known + new):
+            write(landing_root, index, new=True)
+        seconds, requested = [], 0
+        for _ in range(REPEATS):
+            started = time.perf_counter()
+            result = tick(sensor, instance, resources, first.cursor)
+            seconds.append(time.perf_counter() - started)
+            requested = len(result.run_requests)
+        instance.dispose()
+        return statistics.median(seconds), requested
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _home(work: Path) -> Path:
+    home = work / "dagster"
+    home.mkdir()
+    shutil.copy(PROJECT_ROOT / "platform" / "dagster.yaml", home / "dagster.yaml")
+    return home
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", type=int, default=1_000)
+    parser.add_argument("--large", type=int, default=100_000)
+    parser.add_argument("--new", type=int, default=100)
+    parser.add_argument("--small-days", type=int, default=100)
+    parser.add_argument("--large-days", type=int, default=900)
+    args = parser.parse_args()
+    cases = [
+        ("visits_late_files", visits_late_files, visit_file, args.small, args.large, args.new),
+        ("event_batch_files", event_batch_files, batch_file, args.small, args.large, args.new),
+        ("change_files", change_files, cdc_file, args.small_days, args.large_days, 10),
+    ]
+    print(f"A tick finding new files among known ones (median of {REPEATS} ticks):")
+    for name, sensor, write, small, large, new in cases:
+        small_tick, small_runs = tick_cost(sensor, write, small, new)
+        large_tick, large_runs = tick_cost(sensor, write, large, new)
+        print(
+            f"  {name:18s} {new:4d} new among {small:7,d}: {small_tick:6.2f} s ({small_runs} "
+            f"runs); among {large:7,d}: {large_tick:6.2f} s ({large_runs} runs); "
+            f"large / small = {large_tick / small_tick:.2f}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
