@@ -126,13 +126,14 @@ def store(
     if previous.version is None and not fingerprints and not previous.fingerprints:
         return None
     paths = sorted(fingerprints)
+    columns = list(zip(*(fingerprints[p] for p in paths), strict=True)) or [[]] * 4
     rows = pa.table(
         {
             "sensor": [sensor] * len(paths),
             "path": paths,
-            "size": [fingerprints[p].size for p in paths],
-            "mtime_ns": [fingerprints[p].mtime_ns for p in paths],
-            "sha256": [fingerprints[p].sha256 for p in paths],
+            "size": columns[1],
+            "mtime_ns": columns[2],
+            "sha256": columns[3],
             "label": [labels.get(p) for p in paths],
         },
         schema=SCHEMA,
@@ -169,13 +170,13 @@ class Scan:
     def changed(self) -> set[str]:
         """New files, files whose content changed, and files that disappeared."""
         previous, current = self.seen.fingerprints, self.current
+        # An unchanged file's fingerprint is the remembered one itself (`fingerprints`).
         return {
             path
-            for path in previous.keys() | current.keys()
-            if path not in previous
-            or path not in current
-            or previous[path].sha256 != current[path].sha256
-        }
+            for path, now in current.items()
+            if (known := previous.get(path)) is not now
+            and (known is None or known.sha256 != now.sha256)
+        } | (previous.keys() - current.keys())
 
     def is_new_content(self, path: str) -> bool:
         """Whether the file at `path` is new, or its content changed, since the last tick."""

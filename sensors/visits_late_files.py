@@ -30,7 +30,7 @@ from assets.overwriting import (
     visits_weekly_job,
     weekly_partitions,
 )
-from assets.overwriting.calendar import day_of_file, week_start
+from assets.overwriting.calendar import day_of_file, day_of_folder, week_start
 from assets.partition_range import existing_keys, run_partitions, stretches
 from resources import Lakehouse, LandingZone
 from resources.landing import Fingerprint, sources_digest
@@ -117,9 +117,10 @@ def partition_runs(dirty: Iterable[DirtyPartition]) -> list[PartitionRun]:
     return [PartitionRun(tuple(run)) for run in stretches(dirty, DirtyPartition.follows)]
 
 
-def partitions_of(path: str) -> tuple[tuple[dg.AssetKey, str], ...]:
-    """The (asset, partition) pairs whose input includes the visits file at `path`."""
-    return _partitions_of_day(day_of_file(path))
+def partitions_of(folder: str) -> tuple[tuple[dg.AssetKey, str], ...]:
+    """The (asset, partition) pairs whose input includes the visits files directly in
+    `folder`."""
+    return _partitions_of_day(day_of_folder(folder))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -129,22 +130,36 @@ def _partitions_of_day(day: dt.date | None) -> tuple[tuple[dg.AssetKey, str], ..
     return ((VISITS_DAILY_KEY, day.isoformat()), (VISITS_WEEKLY_KEY, week_start(day).isoformat()))
 
 
+def folder_of(path: str) -> str:
+    return path.rpartition("/")[0]
+
+
+def by_folder(current: Mapping[str, Fingerprint]) -> dict[str, list[Fingerprint]]:
+    """The files grouped by folder: a visits partition's input is whole folders, so a tick
+    works per folder (hundreds), not per file (up to 100,000s)."""
+    folders: dict[str, list[Fingerprint]] = {}
+    for path, fingerprint in current.items():
+        folders.setdefault(folder_of(path), []).append(fingerprint)
+    return folders
+
+
 def dirty_partitions(
     changed: Iterable[str],
-    current: Mapping[str, Fingerprint],
+    folders: Mapping[str, list[Fingerprint]],
     latest: Callable[[dg.AssetKey, str], dg.EventLogRecord | None],
 ) -> list[DirtyPartition]:
     """Partitions touched by `changed` files that were never materialized, or whose input
-    now differs from what their latest materialization read."""
+    (the files of `folders` they read) now differs from what their latest materialization
+    read."""
     touched: dict[tuple[dg.AssetKey, str], list[str]] = {}
     for path in changed:
-        for partition in partitions_of(path):
+        for partition in partitions_of(folder_of(path)):
             touched.setdefault(partition, []).append(path)
     inputs: dict[tuple[dg.AssetKey, str], list[Fingerprint]] = {p: [] for p in touched}
-    for fingerprint in current.values():
-        for partition in partitions_of(fingerprint.path):
+    for folder, fingerprints in folders.items():
+        for partition in partitions_of(folder):
             if partition in inputs:
-                inputs[partition].append(fingerprint)
+                inputs[partition].extend(fingerprints)
 
     dirty = []
     for (asset_key, partition_key), paths in sorted(
@@ -197,15 +212,22 @@ def visits_late_files(
     if unplaced:
         context.log.warning(f"ignoring files outside visits/date=YYYY-MM-DD/: {unplaced[:5]}")
     exists = existing_partitions()
-    # A file of a day or week whose partition does not exist yet is looked at again.
-    waiting = {path for path in current if not all(map(exists, partitions_of(path)))}
+    folders = by_folder(current)
     latest = latest_materializations(context.instance)
     dirty = [
         partition
-        for partition in dirty_partitions(changed, current, latest)
+        for partition in dirty_partitions(changed, folders, latest)
         if exists((partition.asset_key, partition.partition_key))
     ]
+    # A file of a day or week whose partition does not exist yet is not remembered: it is
+    # looked at again until its partition exists.
+    kept = {
+        fingerprint.path: fingerprint
+        for folder, fingerprints in folders.items()
+        if all(map(exists, partitions_of(folder)))
+        for fingerprint in fingerprints
+    }
     return dg.SensorResult(
         run_requests=[run.request() for run in partition_runs(dirty)],
-        cursor=scan.cursor(lakehouse, {p: f for p, f in current.items() if p not in waiting}),
+        cursor=scan.cursor(lakehouse, kept),
     )

@@ -41,12 +41,14 @@ def day_of_file(path: str) -> dt.date | None:
     """The event day a landed visits file belongs to, from its `date=` folder; None when
     the path does not follow the layout."""
     folder, _, name = path.rpartition("/")
-    return _day_of_folder(folder) if name else None
+    return day_of_folder(folder) if name else None
 
 
 @functools.lru_cache(maxsize=4096)
-def _day_of_folder(folder: str) -> dt.date | None:
-    """Parsed once per folder: a sensor's tick asks for every landed file's day."""
+def day_of_folder(folder: str) -> dt.date | None:
+    """The event day of the files directly in `folder` (`visits/date=YYYY-MM-DD`); None
+    when it follows no layout. Parsed once per folder: a sensor's tick asks for every
+    landed file's day."""
     match = _DAY_FOLDER.match(folder)
     if not match:
         return None
