@@ -77,6 +77,7 @@ bench: setup
 	$(PY) benchmarks/manifest.py
 	$(PY) benchmarks/backfill.py
 	$(PY) benchmarks/run_cost.py
+	$(PY) benchmarks/sensors.py
 
 # Benchmarks that start a standalone cluster (and a Spark Connect server) themselves.
 bench-cluster: setup

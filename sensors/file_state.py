@@ -1,16 +1,22 @@
 """What a file sensor remembers of each landed file, kept in a Delta control table.
 
 A file is hashed again only when its size or mtime moved, so every sensor keeps each
-file's size, mtime and content hash (and a label worked out once per content, e.g. its
-subject). That state grows with the landing zone, so it lives in the control table
-`sensor_file_state` (one partition per sensor, written with delta-rs: sensors never start
-Spark), and the sensor's cursor holds only the table version its state was written at:
+file's size, mtime and content hash (and a label: what the sensor worked out about the
+file, e.g. its subject, or what its day's latest materialization recorded). That state
+grows with the landing zone, so it lives in the control table `sensor_file_state` (one
+partition per sensor, written with delta-rs: sensors never start Spark), and the sensor's
+cursor holds only the table version its state was written at:
 `{"state_version": 12, "files": 4031}`, whatever the number of files.
 
 Reading the state *as of the cursor's version* keeps Dagster's guarantee that a tick
 whose cursor was not stored (the daemon died before it submitted the runs) is evaluated
 again from the same state: the next tick finds the same changes and asks for the same
 runs, whose run keys make them run once. A tick that changed nothing writes nothing.
+
+Every file sensor's tick starts with `scan` (the remembered state, the listing, the
+fingerprints and what changed) and ends with `Scan.cursor`, which may carry more of the
+sensor's own cursor beside the version (`change_files` keeps the storage id of the last
+materialization it read).
 """
 
 from __future__ import annotations
