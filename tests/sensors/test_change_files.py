@@ -15,7 +15,7 @@ import yaml
 from support import partition_range, sensor_resources
 
 from assets.updates import IN_ORDER, device_catalog, device_catalog_job, devices, devices_job
-from sensors import change_files
+from sensors import change_files, file_state
 
 DAY1, DAY2, DAY3 = (dt.date(2024, 5, d) for d in (1, 2, 3))
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +95,38 @@ def test_new_devices_days_are_requested_and_settle(resources, instance, landing,
     assert requested(tick(instance, landing, first.cursor)) == [
         ("devices", "2024-05-01", "changed-file")
     ]
+
+
+@pytest.mark.long_on_delta_spark
+def test_a_tick_reads_only_the_materializations_since_its_cursor_and_misses_none(
+    resources, instance, landing, land
+):
+    land("devices_cdc", DAY1, cdc("phone;Pixel;1"))
+    land("devices_cdc", DAY2, cdc("phone;Pixel 2;2"))
+    materialize(devices, DAY1, resources, instance)
+    # A cursor of the sensor before it kept what materializations recorded (no storage id
+    # beside the version): every day is looked up once, the materialized one settles.
+    files = {
+        f"devices_cdc/{day}.csv": landing.fingerprint(landing.stat(f"devices_cdc/{day}.csv"))
+        for day in (DAY1, DAY2)
+    }
+    lakehouse = sensor_resources(landing)["lakehouse"]
+    older = file_state.store(lakehouse, change_files.name, file_state.EMPTY, files)
+    upgraded = tick(instance, landing, older)
+    assert requested(upgraded) == [("devices", "2024-05-02", "new-partition")]
+    # Materialized since (by a run the sensor never asked for): read from the instance
+    # after the cursor's storage id, not looked up per file.
+    materialize(devices, DAY2, resources, instance)
+    settled = tick(instance, landing, upgraded.cursor)
+    assert settled.run_requests == []
+    # The day's recorded digest is remembered: rewritten, it runs again; changed back, no
+    # run is needed (its latest materialization read exactly that content).
+    land("devices_cdc", DAY2, cdc("phone;Pixel 2;3"))
+    assert requested(tick(instance, landing, settled.cursor)) == [
+        ("devices", "2024-05-02", "changed-file")
+    ]
+    land("devices_cdc", DAY2, cdc("phone;Pixel 2;2"))
+    assert tick(instance, landing, settled.cursor).run_requests == []
 
 
 def test_devices_days_are_merged_in_date_order_whatever_order_they_land(
