@@ -20,6 +20,8 @@ the range, its files' digest and the predecessor's materialization, so each rebu
 the chain runs once.
 """
 
+from __future__ import annotations
+
 import datetime as dt
 import hashlib
 from dataclasses import dataclass
@@ -73,6 +75,22 @@ class DayState:
         return sources_digest([self.file])
 
     @property
+    def label(self) -> str | None:
+        """What the sensor remembers of the day's latest materialization, as its file's
+        label: `<storage id>:<digest recorded>` (None: never materialized)."""
+        if self.materialized_at is None:
+            return None
+        return f"{self.materialized_at}:{self.recorded or ''}"
+
+    @classmethod
+    def remembered(cls, file: Fingerprint, label: str | None) -> DayState:
+        """The day as its file's `label` remembers it."""
+        if label is None:
+            return cls(file, None, None)
+        at, _, recorded = label.partition(":")
+        return cls(file, recorded, int(at))
+
+    @property
     def dirty(self) -> bool:
         return self.recorded != self.digest
 
@@ -86,10 +104,6 @@ class DayState:
 
 def _short(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _recorded_label(recorded: str | None, at: int | None) -> str | None:
-    return None if at is None else f"{at}:{recorded or ''}"
 
 
 def _states(
@@ -132,9 +146,7 @@ def _states(
         if record is not None:
             states[day] = DayState(fingerprint, recorded_source_digest(record), record.storage_id)
             continue
-        label = scan.seen.labels.get(fingerprint.path)
-        at, _, recorded = label.partition(":") if label else (None, "", None)
-        states[day] = DayState(fingerprint, recorded, int(at) if at else None)
+        states[day] = DayState.remembered(fingerprint, scan.seen.labels.get(fingerprint.path))
     return states, after
 
 
@@ -252,10 +264,7 @@ def change_files(
         states, after[name] = _states(
             context.instance, source.asset.key, files, scan, looked_after.get(name)
         )
-        for state in states.values():
-            label = _recorded_label(state.recorded, state.materialized_at)
-            if label is not None:
-                labels[state.file.path] = label
+        labels |= {s.file.path: s.label for s in states.values() if s.label is not None}
         if source.asset is devices:
             requests += devices_requests(source, states)
         else:
