@@ -1,6 +1,7 @@
-"""Every CLI command README.md gives, run as written: each `.venv/bin/dagster` line of its
-bash blocks, with the config files of its yaml blocks, on a scratch Dagster home,
-lakehouse and landing zone (the commands are the same on either engine; delta-rs here)."""
+"""Every CLI command README.md and docs/ give, run as written: each `.venv/bin/dagster` line
+of their bash blocks, with the config files of their yaml blocks, on a scratch Dagster
+home, lakehouse and landing zone (the commands are the same on either engine; delta-rs
+here)."""
 
 from __future__ import annotations
 
@@ -21,14 +22,16 @@ from demo.generate import write_initial_files
 from resources import Lakehouse
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-README = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
+DOCS = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
+DOCS_TEXT = "\n".join(path.read_text(encoding="utf-8") for path in DOCS)
+"""The README and the docs, whose commands are run here."""
 COMMAND = ".venv/bin/dagster "
 README_DEMO_START = dt.date(2024, 12, 2)
 """The demo start whose days README's commands name (`DEMO_START=2024-12-02`)."""
 
 
 def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.DOTALL)
+    return re.findall(rf"```{language}\n(.*?)```", DOCS_TEXT, flags=re.DOTALL)
 
 
 def readme_commands() -> list[str]:

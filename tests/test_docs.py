@@ -1,0 +1,67 @@
+"""The README and docs/ hold together: every link between them resolves (file and heading),
+every `make` target they name exists, and every project file they cite is there. Their
+CLI commands are run as written by tests/test_readme_commands.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DOCS = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+CODE = re.compile(r"`([^`\n]+)`")
+MAKE = re.compile(r"(?:^|\s)make ([a-z][\w-]*)")
+CITED_FILE = re.compile(r"^(?:assets|resources|sensors|platform|demo|benchmarks|tests)/[\w/]+\.py$")
+
+
+def prose(path: Path) -> str:
+    """The document without its fenced code blocks (their `#` lines are not headings)."""
+    return re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+
+
+def anchor(heading: str) -> str:
+    """The anchor a heading gets when the document is rendered (GitHub's rule)."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    return {anchor(line.lstrip("#")) for line in prose(path).splitlines() if line.startswith("#")}
+
+
+def make_targets() -> set[str]:
+    makefile = (PROJECT_ROOT / "Makefile").read_text(encoding="utf-8")
+    return set(re.findall(r"^([a-z][\w-]*):", makefile, flags=re.MULTILINE))
+
+
+def test_the_docs_exist_and_the_readme_opens_on_one_screen():
+    names = {path.name for path in DOCS}
+    assert {"architecture.md", "running.md", "patterns.md", "operations.md"} <= names
+    assert len((PROJECT_ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 150
+
+
+def test_every_link_resolves_to_a_file_and_heading():
+    broken = []
+    for doc in DOCS:
+        for target in LINK.findall(prose(doc)):
+            if re.match(r"[a-z]+://", target):
+                continue
+            file, _, heading = target.partition("#")
+            linked = (doc.parent / file).resolve() if file else doc
+            if not linked.exists():
+                broken.append(f"{doc.name}: {target} (no such file)")
+            elif heading and (linked.suffix != ".md" or heading not in anchors(linked)):
+                broken.append(f"{doc.name}: {target} (no such heading)")
+    assert broken == []
+
+
+def test_every_make_target_and_project_file_the_docs_name_exists():
+    targets = make_targets()
+    missing = []
+    for doc in DOCS:
+        for code in CODE.findall(prose(doc)):
+            missing += [f"{doc.name}: make {t}" for t in MAKE.findall(code) if t not in targets]
+            path = code.split()[-1] if code.split() else ""
+            if CITED_FILE.match(path) and not (PROJECT_ROOT / path).is_file():
+                missing.append(f"{doc.name}: {path}")
+    assert missing == []
