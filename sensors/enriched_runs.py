@@ -99,11 +99,16 @@ def stuck_enriched_runs(
         for row in sorted(stuck, key=lambda r: r.run_id)
         if not _in_progress(context.instance, row.run_id)
     ]
+    # Only runs no partition was registered for (a few, and only when runs are stuck):
+    # asked one by one, not by reading every registered run on each tick.
+    unregistered = sorted(
+        r.partition_key
+        for r in requests
+        if not context.instance.has_dynamic_partition(enriched_runs.name, r.partition_key)
+    )
     return dg.SensorResult(
         run_requests=requests,
-        dynamic_partitions_requests=[
-            enriched_runs.build_add_request([r.partition_key for r in requests])
-        ]
-        if requests
-        else [],
+        dynamic_partitions_requests=(
+            [enriched_runs.build_add_request(unregistered)] if unregistered else []
+        ),
     )
