@@ -45,6 +45,9 @@ CONTROL: dict[str, str] = {
     "telemetry_ingest_events": "Every ingest, retry, failure and decision.",
     "telemetry_blacklist": "Files an operator blacklisted.",
     "telemetry_quarantine": "Files set aside as too late.",
+    "user_events_key_index": (
+        "Record-level index: the days that may hold each event key's row in user_events."
+    ),
     "load_manifest": (
         "One row per enriched run: NEW -> PROCESSED -> LOADED, skips and who moved it."
     ),

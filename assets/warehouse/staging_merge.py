@@ -10,12 +10,15 @@ an older upsert arriving later never brings the event back and a newer one does.
 winner of any set of versions is the same whatever order they arrive in and however often:
 replaying batches, or applying them in any order, gives one table.
 
-`user_events` is partitioned by `event_date`, and the MERGE condition carries the batch's
-date bounds widened by `window_days` on both sides, so the MERGE reads those days, not the
-table. Versions of one event are matched within that window: a derived key fixes the
-event's day (the event time is part of it); an `event_id` whose versions carry event times
-further apart than the window is stored once per version outside it. A matched version
-that wins moves the row to its own day.
+`user_events` is partitioned by `event_date`, and the MERGE condition names the days it
+may touch: the batch's own days and the days the record-level index (`key_index`) names
+for the batch's keys. So versions of one event meet however far apart their event times
+lie, and the MERGE reads those days, not the table. A matched version that wins moves the
+row to its own day.
+
+Publishes are serialized optimistically: each carries the app transaction `publish` at
+the table version its lookup saw plus one, so a publish that another one overtook
+between its lookup and its commit is refused (StaleWriteError) and looks up again.
 """
 
 from __future__ import annotations
@@ -27,16 +30,21 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from assets.warehouse import key_index
 from resources import Lakehouse
 from resources.lakehouse import (
     AppTransaction,
     CommitResult,
+    StaleWriteError,
     WhenMatchedUpdate,
     WhenNotMatchedInsert,
 )
-from resources.lakehouse.predicates import SortsAfter, between, from_source, matches
+from resources.lakehouse.predicates import SortsAfter, from_source, is_in, matches
 
-USER_EVENTS = "user_events"
+USER_EVENTS = key_index.USER_EVENTS
+PUBLISH = "publish"
+"""App id of the publishes (see the module's docstring)."""
+PUBLISH_ATTEMPTS = 5
 VERSION_ORDER = ("event_timestamp", "ingestion_time", "content_digest")
 TABLE_SCHEMA = pa.schema(
     [
@@ -64,42 +72,47 @@ def deduplicate(events: DataFrame) -> DataFrame:
 @dataclass(frozen=True)
 class MergedBatch:
     result: CommitResult
-    first_day: dt.date
-    last_day: dt.date
+    days: tuple[dt.date, ...]
+    """The days the MERGE was pinned to: the batch's and those holding its keys."""
     files_in_window: int
     """Files of the pinned days: all the MERGE may read."""
     files_skipped: int
     """Files of other days, which the MERGE never opens."""
 
 
-def merge_batch(
-    lakehouse: Lakehouse,
-    staged: DataFrame,
-    *,
-    window_days: int,
-    metadata: dict,
-    app_transaction: AppTransaction | None = None,
-) -> MergedBatch:
+def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> MergedBatch:
     """MERGE a deduplicated batch of events into `user_events` in one commit, pinned to
-    the batch's event dates widened by `window_days`."""
-    first_day, last_day = staged.agg(F.min("event_date"), F.max("event_date")).first()
-    if first_day is None:
+    the batch's event days and the days the index names for its keys; then record the
+    batch's keys in the index."""
+    pairs = staged.select(*key_index.SCHEMA.names).toArrow()
+    if not pairs.num_rows:
         raise ValueError("a batch without events has nothing to merge")
-    window = dt.timedelta(days=window_days)
-    first_day, last_day = first_day - window, last_day + window
+    batch_days = set(pairs["event_date"].to_pylist())
     lakehouse.create(USER_EVENTS, TABLE_SCHEMA, partition_by=["event_date"], metadata=metadata)
-    days = between("event_date", first_day, last_day)
-    in_window, total = lakehouse.partition_files(USER_EVENTS, where=days)
     every_column = from_source(TABLE_COLUMNS)
-    result = lakehouse.merge(
-        USER_EVENTS,
-        staged.select(*TABLE_COLUMNS),
-        on=between("t.event_date", first_day, last_day) & matches("event_id"),
-        clauses=[
-            WhenMatchedUpdate(condition=SortsAfter(VERSION_ORDER), set=every_column),
-            WhenNotMatchedInsert(values=every_column),
-        ],
-        metadata=metadata,
-        app_transaction=app_transaction,
-    )
-    return MergedBatch(result, first_day, last_day, in_window, total - in_window)
+    source = staged.select(*TABLE_COLUMNS)
+    attempt = 1
+    while True:
+        seen = key_index.described_version(lakehouse, metadata)
+        days = tuple(sorted(batch_days | key_index.days_holding(lakehouse, pairs["event_id"])))
+        pinned = is_in("event_date", days)
+        in_window, total = lakehouse.partition_files(USER_EVENTS, where=pinned)
+        try:
+            result = lakehouse.merge(
+                USER_EVENTS,
+                source,
+                on=is_in("t.event_date", days) & matches("event_id"),
+                clauses=[
+                    WhenMatchedUpdate(condition=SortsAfter(VERSION_ORDER), set=every_column),
+                    WhenNotMatchedInsert(values=every_column),
+                ],
+                metadata=metadata,
+                app_transaction=AppTransaction(PUBLISH, seen + 1),
+            )
+        except StaleWriteError:
+            if attempt == PUBLISH_ATTEMPTS:
+                raise
+            attempt += 1
+            continue
+        key_index.record(lakehouse, pairs, before=seen, merged=result.version, metadata=metadata)
+        return MergedBatch(result, days, in_window, total - in_window)

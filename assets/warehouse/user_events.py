@@ -40,9 +40,6 @@ class EventSettings(dg.ConfigurableResource):
 
     max_future_skew_hours: float = 24
     """An event time more than this many hours after the audit fails the batch."""
-    version_window_days: int = 1
-    """Versions of one `event_id` are matched within the batch's event days widened by
-    this many days on each side (see `staging_merge`)."""
 
 
 def _staged(lakehouse: Lakehouse, batch_id: str) -> DataFrame:
@@ -190,14 +187,14 @@ def user_events_staging(
     deps=[user_events_staging],
     group_name="warehouse",
     kinds={"spark", "delta"},
-    **declared("newer-wins-merge", restore=RESTORE_WHOLE_TABLE),
+    **declared("newer-wins-merge", restore=RESTORE_WHOLE_TABLE, writes=["user_events_key_index"]),
 )
 def user_events(
     context: dg.AssetExecutionContext, lakehouse: Lakehouse, event_settings: EventSettings
 ) -> dg.MaterializeResult:
     """Write-audit-publish, step 3: the audited batch MERGEd into `user_events` in one
     commit, newest version of each event winning (deletes are tombstones), pinned to the
-    batch's event days widened by `version_window_days`."""
+    batch's event days and the days the record-level index names for its keys."""
     batch_id = context.partition_key
     if not lakehouse.exists(STAGING) or not lakehouse.count(
         STAGING, where=eq("batch_id", batch_id)
@@ -215,7 +212,6 @@ def user_events(
     merged = merge_batch(
         lakehouse,
         _staged(lakehouse, batch_id),
-        window_days=event_settings.version_window_days,
         metadata=commit_metadata(context, partition_key=batch_id),
     )
     return dg.MaterializeResult(
@@ -224,7 +220,8 @@ def user_events(
             merged.result,
             partition_key=batch_id,
             extra={
-                "merged_days": f"{merged.first_day} .. {merged.last_day}",
+                "merged_days": dg.MetadataValue.int(len(merged.days)),
+                "merged_day_range": f"{merged.days[0]} .. {merged.days[-1]}",
                 "files_scanned": dg.MetadataValue.int(merged.files_in_window),
                 "files_skipped": dg.MetadataValue.int(merged.files_skipped),
             },

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from assets.source_files import SourceDataError
+from assets.warehouse import key_index
 from assets.warehouse.events_source import batch_file, parse_batch
+from assets.warehouse.key_index import KEY_INDEX
 from assets.warehouse.staging_merge import USER_EVENTS, deduplicate, merge_batch
 from resources.lakehouse.delta_rs import DeltaRsEngine
 
@@ -57,7 +59,7 @@ def stage(spark, landing):
 def apply(lakehouse, stage):
     def run(batch_id: str):
         staged = deduplicate(stage(batch_id).frame)
-        return merge_batch(lakehouse, staged, window_days=1, metadata={"batch_id": batch_id})
+        return merge_batch(lakehouse, staged, metadata={"batch_id": batch_id})
 
     return run
 
@@ -203,7 +205,7 @@ FAR = "2024-05-09T09:00:00+00:00"
 
 
 def test_the_merge_is_pinned_to_the_batchs_days(lakehouse, write_batch, apply):
-    """A batch leaves the files of days beyond its window (one day each side) as they are."""
+    """A batch leaves the files of days that hold none of its keys as they are."""
     write_batch("day1", [event({"v": i}, event_id=f"d1-{i}") for i in range(3)])
     write_batch("day9", [event({"v": i}, event_id=f"d9-{i}", ts=FAR) for i in range(3)])
     apply("day1")
@@ -212,12 +214,100 @@ def test_the_merge_is_pinned_to_the_batchs_days(lakehouse, write_batch, apply):
     before = set(log.file_uris(uri, lakehouse.version(USER_EVENTS)))
     write_batch("day9-again", [event({"v": 9}, event_id="d9-0", ts=FAR, seen=SEEN2)])
     merged = apply("day9-again")
-    assert (merged.first_day.isoformat(), merged.last_day.isoformat()) == (
-        "2024-05-08",
-        "2024-05-10",
-    )
+    assert [d.isoformat() for d in merged.days] == ["2024-05-09"]
     assert (merged.files_in_window, merged.files_skipped) == (1, 1)
     after = set(log.file_uris(uri, lakehouse.version(USER_EVENTS)))
     replaced = before - after
     assert replaced and all("event_date=2024-05-09" in u for u in replaced)
     assert all("event_date=2024-05-01" not in u for u in after - before)
+
+
+# Versions of one event 13 and 36 months apart: further apart than any window.
+LONG_AGO = {
+    "v1": event({"v": 1}, event_id="e1", ts="2021-04-01T08:00:00+00:00"),
+    "v2": event({"v": 2}, event_id="e1", ts="2022-05-01T08:00:00+00:00"),
+    "v3": event({"v": 3}, event_id="e1", ts="2024-04-01T08:00:00+00:00", seen=SEEN2),
+}
+
+
+def days_of(lakehouse, event_id: str) -> list[str]:
+    rows = lakehouse.read_arrow(USER_EVENTS, columns=["event_id", "event_date"]).to_pylist()
+    return sorted(str(r["event_date"]) for r in rows if r["event_id"] == event_id)
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        ["v1", "v2", "v3"],
+        ["v3", "v1", "v2"],
+        pytest.param(["v2", "v3", "v1", "v3", "v2"], marks=pytest.mark.long_on_delta_spark),
+    ],
+)
+def test_versions_years_apart_leave_one_row_at_the_newest(lakehouse, write_batch, apply, order):
+    """The record-level index finds the day a key's row is in, however far from the
+    batch's own days: one row per event, at its newest version, in every order."""
+    for name, row in LONG_AGO.items():
+        write_batch(name, [row, event({"n": name})])
+    for name in order:
+        apply(name)
+    assert days_of(lakehouse, "e1") == ["2024-04-01"]
+    assert [r[1] for r in table(lakehouse) if r[0] == "e1"] == ['{"v":3}']
+    assert lakehouse.count(USER_EVENTS) == 4  # e1 and one derived key per batch
+
+
+def test_a_publish_whose_index_record_failed_loses_nothing(
+    lakehouse, write_batch, apply, monkeypatch
+):
+    """A failure between the MERGE's commit and the index's append, then a RESTORE of
+    the table: each time the next publish sees the index is behind and rebuilds it."""
+    write_batch("v1", [LONG_AGO["v1"]])
+    write_batch("v2", [LONG_AGO["v2"]])
+    write_batch("v3", [LONG_AGO["v3"]])
+    apply("v1")
+
+    def crash(*args, **kwargs):
+        raise OSError("the process died after the MERGE committed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(key_index, "record", crash)
+        with pytest.raises(OSError):
+            apply("v2")  # e1 moved from 2021-04-01 to 2022-05-01; the index was not told
+    assert days_of(lakehouse, "e1") == ["2022-05-01"]
+    merged = apply("v3")
+    assert [d.isoformat() for d in merged.days] == ["2022-05-01", "2024-04-01"]
+    assert days_of(lakehouse, "e1") == ["2024-04-01"]
+    assert lakehouse.app_transaction_version(KEY_INDEX, "user_events") == lakehouse.version(
+        USER_EVENTS
+    )
+    # Back to the table before v3 (e1 in 2022), then v3 again.
+    lakehouse.restore(USER_EVENTS, merged.result.version - 1, metadata={"test": "restore"})
+    assert days_of(lakehouse, "e1") == ["2022-05-01"]
+    apply("v3")
+    assert days_of(lakehouse, "e1") == ["2024-04-01"]
+    assert lakehouse.count(USER_EVENTS) == 1
+
+
+def test_a_publish_overtaken_between_its_lookup_and_its_commit_looks_up_again(
+    lakehouse, write_batch, apply, monkeypatch
+):
+    """Two publishes of one key at once: the one whose lookup is older is refused at
+    commit (its app transaction no longer advances the table's) and looks up again."""
+    for name, row in LONG_AGO.items():
+        write_batch(name, [row])
+    apply("v1")
+    lookup = key_index.days_holding
+    overtaken: list[str] = []
+
+    def overtake(lake, keys):
+        days = lookup(lake, keys)
+        if not overtaken:
+            overtaken.append("v2")
+            apply("v2")  # moves e1 from 2021 to 2022 after v3 looked it up in 2021
+        return days
+
+    monkeypatch.setattr(key_index, "days_holding", overtake)
+    merged = apply("v3")
+    # The day e1 left stays in the index until a rebuild: an extra day, never a miss.
+    assert [d.isoformat() for d in merged.days] == ["2021-04-01", "2022-05-01", "2024-04-01"]
+    assert days_of(lakehouse, "e1") == ["2024-04-01"]
+    assert lakehouse.count(USER_EVENTS) == 1

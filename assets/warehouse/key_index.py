@@ -1,0 +1,139 @@
+"""The record-level index of `user_events`: for every event key, the days (`event_date`
+partitions) that may hold its row, so a batch's MERGE reads the days its keys live in
+plus its own days, however far apart the versions of one event lie.
+
+Delta has no secondary index (Hudi's record-level index is the model), so this one is
+written here, as a control table `user_events_key_index` of (`event_id`, `event_date`)
+pairs, written in the process (delta-rs) whatever the engine.
+
+What it promises: the day holding each key's row in `user_events` is among the key's
+pairs. It may hold more (a key whose row moved keeps its old day until the index is
+rebuilt), which costs a MERGE an extra day, never a wrong result.
+
+How it keeps that promise across failures and other writers: the index records, as the
+Delta app transaction `user_events`, the version of `user_events` it describes.
+- After a publish commits version m of `user_events`, the batch's keys and days are
+  appended to the index with app transaction m. A batch's key ends in its own day or in
+  the day it already had, so every row stays covered.
+- Before a lookup, `described_version` checks that every commit of `user_events` after
+  the one the index describes leaves rows where they were (OPTIMIZE, VACUUM). Anything
+  else (a publish whose append failed, a RESTORE, a write outside the publish) and the
+  index is rebuilt from the table's key and day columns, with app transaction the version
+  read. A failure between the two commits therefore costs one rebuild, never a row.
+- When the index holds more than `REBUILD_FACTOR` pairs per row of `user_events`, it is
+  rebuilt to one pair per row; every `COMPACT_EVERY` appends its files are bin-packed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from resources import Lakehouse
+from resources.lakehouse import AppTransaction, StaleWriteError
+from resources.lakehouse.predicates import is_in
+
+USER_EVENTS = "user_events"
+KEY_INDEX = "user_events_key_index"
+DESCRIBES = "user_events"
+"""App id under which the index records the version of `user_events` it describes."""
+SCHEMA = pa.schema([pa.field("event_id", pa.string()), pa.field("event_date", pa.date32())])
+ROWS_STAY = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
+"""Operations of `user_events` after which every row is in the day it was in before."""
+REBUILD_FACTOR = 2
+COMPACT_EVERY = 32
+
+
+def described_version(lakehouse: Lakehouse, metadata: Mapping[str, Any]) -> int:
+    """The current version of `user_events` (which must exist), after making sure the
+    index covers it: rebuilt when a commit since the version it describes may have put
+    a row in a day the index does not name."""
+    current = lakehouse.version(USER_EVENTS)
+    if current is None:
+        raise ValueError(f"{USER_EVENTS} does not exist: nothing to index")
+    described = _described(lakehouse)
+    if described is None or not rows_stayed(lakehouse, described, current):
+        rebuild(lakehouse, current, metadata)
+    return current
+
+
+def _described(lakehouse: Lakehouse) -> int | None:
+    index = lakehouse.in_process()
+    return index.app_transaction_version(KEY_INDEX, DESCRIBES) if index.exists(KEY_INDEX) else None
+
+
+def rows_stayed(lakehouse: Lakehouse, after: int, upto: int) -> bool:
+    """Whether every commit of `user_events` in (after, upto] left each row in its day."""
+    if after > upto:
+        return False  # the table was dropped and made again
+    if after == upto:
+        return True
+    return all(
+        entry.operation.upper() in ROWS_STAY
+        for entry in lakehouse.history(USER_EVENTS, limit=lakehouse.version(USER_EVENTS) - after)
+        if after < entry.version <= upto
+    )
+
+
+def rebuild(lakehouse: Lakehouse, version: int, metadata: Mapping[str, Any]) -> None:
+    """The index made anew from `user_events` at `version`: one pair per row."""
+    pairs = lakehouse.read_arrow(USER_EVENTS, version=version, columns=SCHEMA.names)
+    described = _described(lakehouse)
+    if described is not None and described > version:
+        lakehouse.drop(KEY_INDEX)  # it described a table that no longer exists
+        described = None
+    try:
+        lakehouse.in_process().overwrite(
+            KEY_INDEX,
+            pairs.cast(SCHEMA),
+            metadata={**metadata, "index_rebuilt_from": version},
+            # The same version again (a rebuild that only shrinks the index) keeps the
+            # app transaction the table records.
+            app_transaction=None if described == version else AppTransaction(DESCRIBES, version),
+        )
+    except StaleWriteError:
+        pass  # a concurrent publish or rebuild already describes this version or a later one
+
+
+def days_holding(lakehouse: Lakehouse, keys: pa.Array) -> set:
+    """The days the index names for any of `keys`."""
+    if not lakehouse.exists(KEY_INDEX) or not len(keys):
+        return set()
+    found = lakehouse.read_arrow(
+        KEY_INDEX, where=is_in("event_id", keys.to_pylist()), columns=["event_date"]
+    )
+    return set(pc.unique(found["event_date"]).to_pylist())
+
+
+def record(
+    lakehouse: Lakehouse,
+    pairs: pa.Table,
+    *,
+    before: int,
+    merged: int,
+    metadata: Mapping[str, Any],
+) -> None:
+    """After a publish moved `user_events` from version `before` to `merged`: the batch's
+    (`event_id`, `event_date`) pairs appended. Skipped (the next lookup rebuilds) when
+    another commit that may move rows came in between, or another writer recorded first."""
+    if merged <= before or not rows_stayed(lakehouse, before, merged - 1):
+        return
+    index = lakehouse.in_process()
+    try:
+        appended = index.append(
+            KEY_INDEX,
+            pairs.select(SCHEMA.names).cast(SCHEMA),
+            metadata=metadata,
+            app_transaction=AppTransaction(DESCRIBES, merged),
+        )
+    except StaleWriteError:
+        return
+    pairs_held = index.count_from_log(KEY_INDEX)
+    rows = lakehouse.count_from_log(USER_EVENTS, version=merged)
+    if pairs_held is not None and rows is not None and pairs_held > REBUILD_FACTOR * rows:
+        rebuild(lakehouse, merged, metadata)
+    elif appended.version % COMPACT_EVERY == 0:
+        index.compact(KEY_INDEX, metadata=metadata)
