@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from resources import Lakehouse
+from resources import Lakehouse, SparkResource
 from resources.lakehouse import (
     AppTransaction,
     LakehouseError,
@@ -536,6 +536,37 @@ def test_table_properties_apply_when_a_write_creates_the_table(lake, tmp_path):
         lake.append("t", devices([(f"b{i}", 1, "y")]), metadata=META)
     log = Path(lake.uri("t")) / "_delta_log"
     assert sorted(p.name for p in log.glob("*.checkpoint.parquet"))
+
+
+def test_delta_rs_cleans_expired_log_files_only_when_it_writes_a_checkpoint(tmp_path):
+    """As Delta Spark does: delta-rs would otherwise list and stat the whole log after
+    every commit, a cost that grows with the table's history. The table's own settings
+    still decide whether and what to clean."""
+    lake = Lakehouse(root=str(tmp_path), spark=SparkResource())
+    properties = {
+        "delta.checkpointInterval": "3",
+        "delta.logRetentionDuration": "interval 0 seconds",
+    }
+    log = Path(lake.uri("t")) / "_delta_log"
+
+    def commits() -> list[int]:
+        return sorted(int(p.name.split(".")[0]) for p in log.glob("*.json"))
+
+    lake.append("t", devices([("a", 1, "x")]), metadata=META, table_properties=properties)
+    for i in range(2):
+        lake.append("t", devices([(f"b{i}", 1, "y")]), metadata=META)
+    assert commits() == [0, 1, 2]  # no checkpoint yet: nothing cleaned
+    lake.overwrite("t", devices([("c", 1, "z")]), metadata=META)  # version 3: a checkpoint
+    assert commits() == [2, 3]  # delta-rs keeps the commit before the checkpoint
+    lake.append("t", devices([("d", 1, "z")]), metadata=META)
+    assert commits() == [2, 3, 4]
+    assert rows(lake, "t") == [("c", 1, "z"), ("d", 1, "z")]
+
+    kept = {**properties, "delta.enableExpiredLogCleanup": "false"}
+    lake.append("u", devices([("a", 1, "x")]), metadata=META, table_properties=kept)
+    for i in range(4):
+        lake.append("u", devices([(f"b{i}", 1, "y")]), metadata=META)
+    assert len(list((Path(lake.uri("u")) / "_delta_log").glob("*.json"))) == 5
 
 
 def race_to_create(lake, table: str, days: list[int]) -> list[BaseException]:
