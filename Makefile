@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
 
-.PHONY: setup demo test test-connect test-slow dev bench bench-cluster lint clean cluster spark-connect cluster-down
+.PHONY: setup instance demo test test-connect test-slow dev bench bench-cluster lint clean cluster spark-connect cluster-down
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -27,9 +27,10 @@ $(STAMP): pyproject.toml
 	$(PY) -c 'from resources.spark_packages import main; main([])'
 	touch $(STAMP)
 
-$(DAGSTER_HOME)/dagster.yaml: platform/dagster.yaml
-	mkdir -p $(DAGSTER_HOME)
-	cp platform/dagster.yaml $@
+# Written on every set-up: with DAGSTER_POSTGRES_URL set, the instance stores runs, event
+# logs and schedules in that Postgres database instead of SQLite (platform/instance.py).
+instance: $(STAMP)
+	@$(PY) platform/instance.py $(DAGSTER_HOME)
 
 # Plain `dagster dev` / `dagster asset materialize` run in this folder use the project's
 # instance too: Dagster's CLI reads `.env` from its working directory. The default is
@@ -37,7 +38,7 @@ $(DAGSTER_HOME)/dagster.yaml: platform/dagster.yaml
 .env:
 	echo 'DAGSTER_HOME=$${DAGSTER_HOME:-$(DAGSTER_HOME)}' > $@
 
-setup: $(STAMP) $(DAGSTER_HOME)/dagster.yaml .env
+setup: $(STAMP) instance .env
 
 demo: setup
 	$(PY) -u -m demo

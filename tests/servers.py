@@ -1,20 +1,26 @@
 """Servers tests need, started on 127.0.0.1 and stopped by their pids, also when a test
-fails: an S3-compatible object store (moto's server), a Spark standalone cluster, a
-Spark Connect server."""
+fails: an S3-compatible object store (moto's server), a PostgreSQL server (the binaries
+of the `pgserver` wheel), a Spark standalone cluster, a Spark Connect server."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import pwd
 import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import boto3
+import psycopg2
 
 CLUSTER_SCRIPT = Path(__file__).resolve().parent.parent / "platform" / "spark_cluster.py"
 ACCESS_KEY = "testing"
@@ -84,6 +90,70 @@ def create_bucket(endpoint: str, bucket: str) -> None:
         region_name=REGION,
     )
     client.create_bucket(Bucket=bucket)
+
+
+def _postgres_bin() -> Path:
+    """PostgreSQL's own binaries, shipped in the `pgserver` wheel (its Python module,
+    which would create system users and change folder modes when run as root, is not
+    used)."""
+    spec = importlib.util.find_spec("pgserver")
+    assert spec is not None and spec.submodule_search_locations, "pgserver is not installed"
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+@contextmanager
+def postgres_server() -> Iterator[str]:
+    """A PostgreSQL server on a free loopback port, its data in a fresh folder (trust
+    authentication, TCP only); yields its URL. PostgreSQL refuses to run as root, so as
+    root the server runs as `nobody`, in a folder `nobody` owns."""
+    binaries = _postgres_bin()
+    data = Path(tempfile.mkdtemp(prefix="postgres-"))
+    as_user: dict[str, int] = {}
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody")
+        os.chown(data, nobody.pw_uid, nobody.pw_gid)
+        as_user = {"user": nobody.pw_uid, "group": nobody.pw_gid}
+    process = None
+    try:
+        subprocess.run(
+            [binaries / "initdb", "-D", data / "db", "-U", "postgres", "--auth=trust"],
+            check=True,
+            capture_output=True,
+            cwd=data,
+            **as_user,
+        )
+        port = free_port()
+        log = (data / "server.log").open("w")
+        process = subprocess.Popen(
+            [binaries / "postgres", "-D", data / "db", "-h", "127.0.0.1", "-p", str(port)]
+            + ["-c", "unix_socket_directories=", "-c", "fsync=off"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=data,
+            **as_user,
+        )
+        wait_for_port(port, process)
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGINT)  # PostgreSQL's fast shutdown
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@contextmanager
+def postgres_connection(url: str) -> Iterator[psycopg2.extensions.connection]:
+    """A connection in autocommit mode (`CREATE DATABASE` runs outside transactions)."""
+    connection = psycopg2.connect(url)
+    connection.autocommit = True
+    try:
+        yield connection
+    finally:
+        connection.close()
 
 
 @contextmanager
