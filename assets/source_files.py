@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from resources.landing import FileStat, Fingerprint, LandingZone
 
 MAX_REPORTED_PROBLEMS = 10
+LINES_PER_PARTITION_BYTES = 16 * 2**20
 MAX_FILE_BYTES = 2**31 - 1
 """Spark holds a file's bytes in one array (`spark.sql.sources.binaryFile.maxLength`).
 Executors need a few times the largest file in memory: split bigger inputs into files."""
@@ -149,7 +150,7 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
         ),
     )
     kept = lines.where(F.col("text").rlike(r"\S") | (~F.col("has_line") & (F.col("position") == 0)))
-    return kept.select(
+    rows = kept.select(
         "source_file",
         F.when(F.col("has_line"), F.col("position") + 1).cast("int").alias("source_line"),
         F.when(F.col("has_line"), F.col("text")).alias("text"),
@@ -160,6 +161,11 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
         "source_mtime",
         "source_sha256",
     )
+    # A file is one row until it is split into lines, so every line of a big file would be
+    # parsed in the one task that read it: big inputs are spread over a partition per
+    # `LINES_PER_PARTITION_BYTES` (small ones stay as they are, without a shuffle).
+    partitions = -(-sum(stat.size for stat in readable) // LINES_PER_PARTITION_BYTES)
+    return rows.repartition(partitions) if partitions > 1 else rows
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from assets.source_files import EMPTY_SHA256, SourceDataError, checked_facts, read_lines
+from assets.source_files import (
+    EMPTY_SHA256,
+    LINES_PER_PARTITION_BYTES,
+    SourceDataError,
+    checked_facts,
+    read_lines,
+)
 from resources.landing import LandingZone
 
 AWKWARD_NAME = "visits/date=2024-01-01/we[i]rd {a,b} it's 100%25 ü*?.jsonl"
@@ -52,6 +58,23 @@ def test_lines_are_numbered_per_file_and_hashed_like_the_sensors_hash(spark, lan
     assert by_path[AWKWARD_NAME].size == len(content)
     for stat in landing.list("visits", suffix=".jsonl"):
         assert landing.fingerprint(stat).sha256 == by_path[stat.path].sha256
+
+
+def test_a_big_input_is_spread_over_partitions_and_keeps_its_line_numbers(spark, landing):
+    """Over `LINES_PER_PARTITION_BYTES` the lines are parsed by several tasks: each keeps
+    its file, number and text, and the facts are those of the whole file."""
+    line = b'{"pad": "' + b"x" * 200 + b'"}'
+    count = LINES_PER_PARTITION_BYTES // len(line) + 1_000
+    content = b"\n".join(line.replace(b"x" * 7, b"%07d" % i, 1) for i in range(1, count + 1))
+    land(landing, "big/all.jsonl", content)
+    rows, facts = lines_of(spark, landing, ["big/all.jsonl"])
+    assert rows.select(F.spark_partition_id()).distinct().count() > 1
+    numbered = rows.select("source_line", F.substring("text", 10, 7).cast("int").alias("n")).where(
+        F.col("source_line") != F.col("n")
+    )
+    assert numbered.count() == 0
+    assert facts.lines == count
+    assert facts.fingerprints[0].sha256 == hashlib.sha256(content).hexdigest()
 
 
 def test_invalid_utf8_is_named_on_its_line(spark, landing):
