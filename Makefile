@@ -97,8 +97,10 @@ spark-connect: setup
 cluster-down:
 	$(PY) platform/spark_cluster.py down
 
+# Style, then types: mypy checks the packages the platform runs (settings in pyproject.toml).
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf .data

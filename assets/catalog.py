@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import dagster as dg
 
@@ -82,4 +82,5 @@ def with_catalog_policy(assets: Sequence[dg.AssetsDefinition]) -> list[dg.Assets
         # Code references are beta in this Dagster: a notice per asset on every load of the
         # definitions, in the output of every `dagster asset materialize`.
         warnings.simplefilter("ignore", dg.BetaWarning)
-        return list(dg.with_source_code_references(dg.map_asset_specs(_with_policy, assets)))
+        mapped = dg.with_source_code_references(dg.map_asset_specs(_with_policy, assets))
+        return cast(list[dg.AssetsDefinition], list(mapped))  # assets in, assets out

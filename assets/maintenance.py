@@ -1,8 +1,9 @@
 """Table maintenance jobs for every Delta table: restore to an earlier version, vacuum,
 compact small files."""
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 import dagster as dg
 from pydantic import Field
@@ -106,28 +107,36 @@ def resolve_restore_target(
         raise RestoreRequestError(f"no {what} is recorded in this Dagster instance")
     # A materialization that skipped its write (input already committed) changed nothing:
     # the one to undo is the latest that committed.
-    committed = [r for r in records if DELTA_VERSION in r.asset_materialization.metadata]
+    committed = [
+        r.asset_materialization.metadata
+        for r in records
+        if r.asset_materialization is not None and DELTA_VERSION in r.asset_materialization.metadata
+    ]
     if not committed:
         raise RestoreRequestError(
             f"none of the latest {len(records)} {what}s recorded a Delta commit to undo"
         )
-    metadata = committed[0].asset_materialization.metadata
+    metadata = committed[0]
     if TABLE_NAME not in metadata:
         raise RestoreRequestError(f"the latest {what} did not record its table")
-    table = metadata[TABLE_NAME].value
+    table = str(metadata[TABLE_NAME].value)
     target = restore_target_version(
-        table, int(metadata[DELTA_VERSION].value), what=f"latest {what}"
+        table, int(str(metadata[DELTA_VERSION].value)), what=f"latest {what}"
     )
     if request.partition:
         return replace(
             target,
             where=slice_predicate(metadata),
-            partition_slice=metadata.get(PARTITION_SLICE),
+            partition_slice=_json_value(metadata.get(PARTITION_SLICE)),
         )
     return target
 
 
-def _undone_partitions(undone: list[dict]) -> list[tuple[str, str]]:
+def _json_value(value: object) -> dg.JsonMetadataValue | None:
+    return value if isinstance(value, dg.JsonMetadataValue) else None
+
+
+def _undone_partitions(undone: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     """(asset key, partition key) of the commits a restore undid, as they recorded them."""
     return sorted(
         {

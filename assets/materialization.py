@@ -244,7 +244,7 @@ def latest_materialization(
 def recorded_source_digest(record: dg.EventLogRecord | None) -> str | None:
     """The source digest a materialization recorded: None without a materialization, ""
     for one that recorded none (it read no files: any file is news)."""
-    if record is None:
+    if record is None or record.asset_materialization is None:
         return None
     value = record.asset_materialization.metadata.get(SOURCE_DIGEST)
-    return value.value if value is not None else ""
+    return str(value.value) if value is not None else ""

@@ -26,11 +26,13 @@ def parse_day(key: str) -> dt.date:
     return dt.date.fromisoformat(key)
 
 
-def existing_keys(partitions: dg.TimeWindowPartitionsDefinition) -> Callable[[str], bool]:
+def existing_keys(partitions: dg.PartitionsDefinition | None) -> Callable[[str], bool]:
     """Whether a key of `partitions`, in its own form (an ISO day, aligned on its cadence),
     exists now: from its calendar's first key to its last, compared as text, since ISO
     days sort as their dates. Asked once: `has_partition_key` walks the calendar on every
     call, 0.5 ms each: a visits tick over 20,000 files took 10 s."""
+    if not isinstance(partitions, dg.TimeWindowPartitionsDefinition):
+        raise TypeError(f"not a calendar of partitions: {partitions!r}")
     if partitions.fmt != "%Y-%m-%d":
         raise ValueError(f"partition keys of the form {partitions.fmt!r} do not sort as text")
     first, last = partitions.get_first_partition_key(), partitions.get_last_partition_key()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import logging
 import os
@@ -157,7 +158,7 @@ class LandingZone(dg.ConfigurableResource):
                     stats.append(FileStat(relative, st.st_size, st.st_mtime_ns))
         return sorted(stats, key=lambda s: s.path)
 
-    def folders(self, prefix: str) -> list[str]:
+    def folders(self, prefix: str) -> builtins.list[str]:  # `list` is the method above
         """The names of the folders directly under `prefix`, sorted; hidden and `_`-prefixed
         ones (writers' work in progress) are left out."""
         base = self.absolute(prefix)

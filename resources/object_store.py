@@ -21,6 +21,7 @@ documents for it, never an unsafe-rename switch.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlparse
 
 import dagster as dg
@@ -131,7 +132,7 @@ def storage_from_environment(env: Mapping[str, str], *, deferred: bool = True) -
     """Object-store settings from the AWS_* variables that are set in `env`. Deferred: as
     `dg.EnvVar`s, resolved when a run starts (so secrets never land in run config);
     otherwise their values now (for a Spark server started outside Dagster)."""
-    settings = {
+    settings: dict[str, Any] = {
         field: dg.EnvVar(var) if deferred else env[var]
         for field, var in S3_ENVIRONMENT.items()
         if env.get(var)

@@ -102,8 +102,9 @@ def ensure_java() -> str:
     candidates = []
     if os.environ.get("JAVA_HOME"):
         candidates.append(os.path.join(os.environ["JAVA_HOME"], "bin", "java"))
-    if shutil.which("java"):
-        candidates.append(shutil.which("java"))
+    on_path = shutil.which("java")
+    if on_path:
+        candidates.append(on_path)
     for java in candidates:
         major = java_major_version(java)
         if major is not None and major >= MINIMUM_JAVA:
@@ -286,8 +287,10 @@ class SparkResource(dg.ConfigurableResource):
             if shared.holders > 0:
                 return
             del _RUN_SESSIONS[key]
-        shared.session.stop()
-        _STOPPED_SESSIONS.append(shared.session)
+        session = shared.session
+        assert session is not None  # it is this resource's own session (checked above)
+        session.stop()
+        _STOPPED_SESSIONS.append(session)
 
     def _require_server(self) -> None:
         """The server behind `remote` answers, or this says why in one line: a managed

@@ -133,14 +133,15 @@ def _states(
                 limit=MATERIALIZATIONS_PAGE,
                 ascending=True,
             ).records
-            for record in page:
-                newest[record.partition_key] = record
-                after = record.storage_id
+            for found in page:
+                if found.partition_key is not None:
+                    newest[found.partition_key] = found
+                after = found.storage_id
             if len(page) < MATERIALIZATIONS_PAGE:
                 break
     states = {}
     for day, fingerprint in files.items():
-        record = newest.get(day.isoformat())
+        record: dg.EventLogRecord | None = newest.get(day.isoformat())
         if record is None and fingerprint.path not in remembered:
             record = latest_materialization(instance, key, day.isoformat())
         if record is not None:

@@ -21,6 +21,7 @@ import dagster as dg
 from assets.warehouse import ManifestSettings, enriched_run_job, enriched_runs
 from assets.warehouse.manifest import load_manifest as manifest
 from assets.warehouse.manifest.enriched import ENRICHED_FOLDER, SUCCESS, run_folder, run_id_of
+from assets.warehouse.manifest.pipeline import ENRICHED_RUNS
 from resources import Lakehouse, LandingZone
 from sensors.cadence import file_sensor
 
@@ -43,7 +44,7 @@ MAX_LOGGED = 20
 def enriched_run_directories(
     context: dg.SensorEvaluationContext, landing: LandingZone
 ) -> dg.SensorResult:
-    registered = set(context.instance.get_dynamic_partitions(enriched_runs.name))
+    registered = set(context.instance.get_dynamic_partitions(ENRICHED_RUNS))
     new, misnamed = [], []
     for name in landing.folders(ENRICHED_FOLDER):
         run_id = run_id_of(name)
@@ -102,9 +103,9 @@ def stuck_enriched_runs(
     # Only runs no partition was registered for (a few, and only when runs are stuck):
     # asked one by one, not by reading every registered run on each tick.
     unregistered = sorted(
-        r.partition_key
-        for r in requests
-        if not context.instance.has_dynamic_partition(enriched_runs.name, r.partition_key)
+        key
+        for key in (r.partition_key for r in requests)
+        if key is not None and not context.instance.has_dynamic_partition(ENRICHED_RUNS, key)
     )
     return dg.SensorResult(
         run_requests=requests,

@@ -132,7 +132,8 @@ def store(
     if previous.version is None and not fingerprints and not previous.fingerprints:
         return None
     paths = sorted(fingerprints)
-    columns = list(zip(*(fingerprints[p] for p in paths), strict=True)) or [[]] * 4
+    columns: list[Sequence[Any]] = list(zip(*(fingerprints[p] for p in paths), strict=True))
+    columns = columns or [[]] * 4
     rows = pa.table(
         {
             "sensor": [sensor] * len(paths),

@@ -8,6 +8,7 @@ pending files' content hashes, so a re-notified unchanged file launches nothing.
 """
 
 import datetime as dt
+from functools import partial
 
 import dagster as dg
 
@@ -47,7 +48,7 @@ def telemetry_files(
     for path in current:
         subject = (
             None if scan.is_new_content(path) else previous_subjects.get(path)
-        ) or subject_of(path, telemetry_settings, lambda p=path: landing.head(p))
+        ) or subject_of(path, telemetry_settings, partial(landing.head, path))
         if subject is not None:
             subject_by_path[path] = subject
         else:

@@ -297,7 +297,7 @@ def _conflict_check(
 ) -> dg.AssetCheckResult:
     """The check's evaluation for the run's partitions `span`: its conflicting keys (and,
     for a range, the days that hold them)."""
-    metadata = {
+    metadata: dict[str, Any] = {
         "partition": span,
         "conflicting_keys": dg.MetadataValue.int(keys),
         "conflicts": dg.MetadataValue.md(
@@ -367,7 +367,7 @@ class _Ingest:
         self.create_table(metadata)
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             writer = lakehouse.app_transaction_version(PAYMENTS, WRITER_APP_ID)
-            version = lakehouse.version(PAYMENTS)
+            version = lakehouse.version(PAYMENTS) or 0  # created above
             checked = check_batch(lakehouse, parsed.frame, self.compared, version)
             if checked.conflict_keys:
                 _record_conflicts(context, lakehouse, (day, day), checked)
@@ -415,7 +415,7 @@ class _OnePass:
             commit_metadata(context, partition_key=run_span([day.isoformat() for day in days]))
         )
         self.writer = lakehouse.app_transaction_version(PAYMENTS, WRITER_APP_ID) or 0
-        version = lakehouse.version(PAYMENTS)
+        version = lakehouse.version(PAYMENTS) or 0  # created above
         self.checked = check_batch(lakehouse, parsed.frame, ingest.compared, version)
         if not self.checked.conflict_keys:
             _record_conflicts(context, lakehouse, (days[0], days[-1]), self.checked)

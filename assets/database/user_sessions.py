@@ -256,18 +256,20 @@ def changed_users(lakehouse: Lakehouse, days: Sequence[dt.date]) -> Changes:
     Detecting a change reads each built day's visit count from the log and the
     first-seen records newer than its mark (a handful of rows), never the day's visits
     themselves; the days rebuilt whole are counted in one Spark job."""
-    stored = {
-        day: mark
-        for day, mark in _stored_marks(lakehouse, days).items()
+    marks_stored = _stored_marks(lakehouse, days)
+    through = {
+        day: mark.seen_through
+        for day, mark in marks_stored.items()
         if mark.seen_through is not None
     }
+    stored = {day: marks_stored[day] for day in through}
     new_by_day: dict[dt.date, list[tuple[str, int]]] = {}
     if stored:
         newer = lakehouse.read_arrow(
             FIRST_SEEN,
             where=any_of(
-                eq("event_date", day) & Compare("first_seen_at", ">", _instant(mark.seen_through))
-                for day, mark in stored.items()
+                eq("event_date", day) & Compare("first_seen_at", ">", _instant(seen_through))
+                for day, seen_through in through.items()
             ),
             columns=["event_date", "user_id", "first_seen_at"],
         )
@@ -288,7 +290,7 @@ def changed_users(lakehouse: Lakehouse, days: Sequence[dt.date]) -> Changes:
             whole.append(day)
         elif new:
             named.update(user for user, _ in new)
-            marks.append(DayMark(day, count, max(mark.seen_through, *(seen for _, seen in new))))
+            marks.append(DayMark(day, count, max(through[day], *(seen for _, seen in new))))
     if len(named) > MAX_NAMED_USERS:
         whole.extend(mark.day for mark in marks)
         named.clear()
@@ -312,8 +314,8 @@ def _whole_days(
         users = users.unionByName(
             spark.createDataFrame([(user,) for user in named], "user_id string")
         )
-    counts = dict(day_visits.groupBy("event_date").count().collect())
-    seen = dict(
+    counts: dict[dt.date, int] = dict(day_visits.groupBy("event_date").count().collect())
+    seen: dict[dt.date, int] = dict(
         lakehouse.read(
             FIRST_SEEN, where=is_in("event_date", whole), columns=["event_date", "first_seen_at"]
         )
@@ -356,7 +358,7 @@ class Pinned:
             )
             low, high, missing = self.frame.agg(
                 F.min(F.unix_micros("session_start")), F.max(F.unix_micros("session_end")), unseen
-            ).first()
+            ).collect()[0]
         else:
             low, high = (
                 pc.min(pc.cast(self.rows.column(name), pa.int64())).as_py()

@@ -57,6 +57,14 @@ def _snapshot_metadata(lakehouse: Lakehouse, entry: SnapshotEntry, manifest_vers
     }
 
 
+def _serving(entries: list[SnapshotEntry]) -> SnapshotEntry:
+    """The snapshot the manifest `entries` point readers at."""
+    current = current_snapshot(entries)
+    if current is None:
+        raise dg.Failure("the snapshot manifest points at no snapshot")
+    return current
+
+
 @dg.asset(
     deps=[device_catalog],
     group_name="immutable",
@@ -80,9 +88,10 @@ def device_snapshot(
         source_version = int(written.metadata["source_version"])
         context.log.info(f"{table} was written by this run before its retry: reused")
     else:
-        source_version = lakehouse.version(DEVICE_CATALOG)
-        if source_version is None:
+        catalog_version = lakehouse.version(DEVICE_CATALOG)
+        if catalog_version is None:
             raise dg.Failure(f"{DEVICE_CATALOG} does not exist yet: materialize it first")
+        source_version = catalog_version
         write_once(
             lakehouse,
             table,
@@ -102,7 +111,7 @@ def device_snapshot(
     dropped = drop_retired(lakehouse, entries)
     return dg.MaterializeResult(
         metadata={
-            **_snapshot_metadata(lakehouse, current_snapshot(entries), result.version),
+            **_snapshot_metadata(lakehouse, _serving(entries), result.version),
             "snapshots_kept": dg.MetadataValue.int(sum(e.status != "retired" for e in entries)),
             "retired_now": ", ".join(dropped),
         }
@@ -130,7 +139,7 @@ def point_device_snapshot_op(
         entries,
         metadata={**commit_metadata(context, partition_key=None), "pointed_at": config.run_id},
     )
-    current = current_snapshot(entries)
+    current = _serving(entries)
     context.log.info(f"device_snapshot now points at {current.snapshot}")
     # What the asset serves changed: recorded as its materialization.
     context.log_event(

@@ -63,8 +63,10 @@ def visits_daily(
     progress = Progress(context.log, f"{VISITS_DAILY} {run_span(keys)}")
     with progress.phase("read") as read:
         parsed = parse_visit_days(spark.session(), landing, lakehouse, days)
-        days_read = [day for day, outcome in parsed.days.items() if isinstance(outcome, VisitDay)]
-        read_days = [parsed.days[day] for day in days_read]
+        read_by_day = {
+            day: outcome for day, outcome in parsed.days.items() if isinstance(outcome, VisitDay)
+        }
+        days_read, read_days = list(read_by_day), list(read_by_day.values())
         read.update(
             days=len(days_read),
             refused=len(days) - len(days_read),

@@ -60,7 +60,7 @@ def replace_week(
     applied twice."""
     own_table = weekly_table(monday)
     registered = active_tables(manifest_entries(lakehouse)).get(monday)
-    holder = registered
+    holder = registered or own_table
     if registered in (None, own_table):
         result = lakehouse.overwrite(own_table, visits, metadata=metadata)
         if registered is None:

@@ -238,11 +238,14 @@ def parse_visit_days(
             parsed = parse_visits(spark, landing, lakehouse, listed, unique_per="day")
             break
         except SourceDataError as error:
-            by_day: dict[dt.date | None, list[Problem]] = {}
+            by_day: dict[dt.date, list[Problem]] = {}
             for problem in error.problems:
-                by_day.setdefault(day_of_file(problem.file), []).append(problem)
-            if not by_day or None in by_day:
-                raise  # not a day's fault: the whole range fails with it
+                day = day_of_file(problem.file)
+                if day is None:
+                    raise  # not a day's fault: the whole range fails with it
+                by_day.setdefault(day, []).append(problem)
+            if not by_day:
+                raise
             cut_short = error.more
             if cut_short and len(by_day) > 1:
                 by_day.popitem()  # the last day listed: its list may be cut short

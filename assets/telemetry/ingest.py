@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
@@ -150,7 +151,7 @@ def subject_files(
     return [
         stat
         for stat in landing.list(LANDING_PREFIX, suffix=REPORT_SUFFIX)
-        if subject_of(stat.path, settings, lambda p=stat.path: landing.head(p)) == subject_key
+        if subject_of(stat.path, settings, partial(landing.head, stat.path)) == subject_key
     ]
 
 
@@ -308,7 +309,7 @@ class SubjectIngest:
                 and candidate.end is not None
                 and newest - candidate.end > self.settings.lateness_horizon
             )
-            if too_late and key not in released:
+            if too_late and newest is not None and key not in released:
                 self._quarantine(candidate, newest)
             else:
                 applied.append(candidate)
@@ -586,7 +587,12 @@ class SubjectIngest:
     # -- bookkeeping --------------------------------------------------------------------
 
     def _seen(
-        self, state: FileState | None, stat: FileStat, content_hash: str, *, status: str
+        self,
+        state: FileState | None,
+        stat: FileStat,
+        content_hash: str,
+        *,
+        status: control.Status,
     ) -> FileState:
         """The state after seeing new content without applying it: what was ingested
         before stays as it was."""
@@ -603,7 +609,7 @@ class SubjectIngest:
                 logical_end=None,
                 rows=0,
                 process_count=0,
-                status=status,  # type: ignore[arg-type]
+                status=status,
                 attempts=0,
                 last_error=None,
                 next_attempt_at=None,

@@ -142,7 +142,7 @@ def carry_of(within: pa.Table) -> Carry | None:
     if within.num_rows == 0:
         return None
     last = within.slice(within.num_rows - 1).to_pylist()[0]
-    return last["hour"], tuple(last[f"hour_cum_{name}"] for name in COUNTS)  # type: ignore[return-value]
+    return last["hour"], tuple(last[f"hour_cum_{name}"] for name in COUNTS)
 
 
 def merge_sums(parts: Sequence[pa.Table], schema: pa.Schema) -> pa.Table:

@@ -300,8 +300,8 @@ def parse_lines(
                 f"timestamp {fields[0]!r} is in the future: later than {latest.isoformat()}, "
                 "the time of ingestion plus max_future_skew_hours"
             )
-        if problem is not None:
-            problems.append(Problem(source, number, problem))
+        if problem is not None or not isinstance(ts, dt.datetime):
+            problems.append(Problem(source, number, problem or "no timestamp"))
             if len(problems) >= MAX_REPORTED_PROBLEMS:
                 break
             continue

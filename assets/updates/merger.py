@@ -26,13 +26,14 @@ from assets.transactional_writer import transactional_metadata, write_partition_
 from assets.updates.change_files import DEVICE_COLUMNS, parse_device_changes
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import WhenMatchedDelete, WhenMatchedUpdate, WhenNotMatchedInsert
+from resources.lakehouse.port import MergeClause
 from resources.lakehouse.predicates import IsTrue, Not, from_source, matches
 
 DEVICES = "devices"
 DEVICES_SCHEMA = pa.schema([pa.field(name, pa.string()) for name in DEVICE_COLUMNS])
 daily_changes = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 
-DEVICE_MERGE = [
+DEVICE_MERGE: list[MergeClause] = [
     WhenMatchedDelete(condition=IsTrue("s.is_deleted")),
     WhenMatchedUpdate(set=from_source(("full_name",))),
     WhenNotMatchedInsert(condition=Not(IsTrue("s.is_deleted")), values=from_source(DEVICE_COLUMNS)),

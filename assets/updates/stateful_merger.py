@@ -107,7 +107,7 @@ def commits_after(lakehouse: Lakehouse, version: int | None) -> list[HistoryEntr
         return []
     current = lakehouse.version(DEVICE_CATALOG)
     start = -1 if version is None else version
-    if current <= start:
+    if current is None or current <= start:
         return []
     newest_first = lakehouse.history(DEVICE_CATALOG, limit=current - start)
     return [c for c in reversed(newest_first) if c.version > start]
@@ -209,14 +209,14 @@ def merge_day(
 
     if plan.action == "already_merged":
         context.log.info(f"day {day} was already merged as version {plan.version}")
-        [merged] = [c for c in commits if c.version == plan.version]
-        result = CommitResult(DEVICE_CATALOG, merged.version, merged.operation, merged.metrics)
+        [made] = [c for c in commits if c.version == plan.version]
+        result = CommitResult(DEVICE_CATALOG, made.version, made.operation, made.metrics)
     else:
         if plan.action == "start_empty":
             lakehouse.overwrite(
                 DEVICE_CATALOG, CATALOG_SCHEMA.empty_table(), metadata=meta("reset")
             )
-        elif plan.action == "restore":
+        elif plan.action == "restore" and plan.version is not None:
             context.log.info(
                 f"restoring {DEVICE_CATALOG} to version {plan.version}, the "
                 f"state day {day - dt.timedelta(days=1)} left"

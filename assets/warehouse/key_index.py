@@ -71,9 +71,10 @@ def rows_stayed(lakehouse: Lakehouse, after: int, upto: int) -> bool:
         return False  # the table was dropped and made again
     if after == upto:
         return True
+    newest = lakehouse.version(USER_EVENTS) or upto
     return all(
         entry.operation.upper() in ROWS_STAY
-        for entry in lakehouse.history(USER_EVENTS, limit=lakehouse.version(USER_EVENTS) - after)
+        for entry in lakehouse.history(USER_EVENTS, limit=newest - after)
         if after < entry.version <= upto
     )
 

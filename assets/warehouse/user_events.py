@@ -111,7 +111,7 @@ def audit(lakehouse: Lakehouse, batch_id: str, settings: EventSettings) -> Audit
             F.min(F.unix_micros("event_timestamp")),
             F.max(F.unix_micros("event_timestamp")),
         )
-        .first()
+        .collect()[0]
     )
     max_future = dt.datetime.now(dt.UTC) + dt.timedelta(hours=settings.max_future_skew_hours)
     return Audit(

@@ -339,26 +339,27 @@ class DeltaRsEngine(port.DeltaEngine):
             target: DeltaTable | None = self._table(table)
         except port.TableNotFoundError:
             target = None
-        exists = target is not None
-        if exists and app_transaction:
+        if target is not None and app_transaction:
             port.require_advance(
                 table, app_transaction, self._app_version(table, target, app_transaction.app_id)
             )
-        write_deltalake(
-            target if exists else table,
+        write_deltalake(  # type: ignore[misc]  # too many unions to check the overloads
+            target if target is not None else table,
             _as_arrow(data),
-            mode=mode,
+            mode=mode,  # type: ignore[arg-type]  # overloads split modes; both take these
             # The predicate and partitioning go with every write, creating ones included:
             # a writer that saw no table may find one created by a concurrent writer by
             # the time it commits, and must then still replace only its own window.
             predicate=render(where, "datafusion"),
             partition_by=list(partition_by) if partition_by else None,
-            configuration=None if exists or not table_properties else dict(table_properties),
+            configuration=(
+                None if target is not None or not table_properties else dict(table_properties)
+            ),
             storage_options=self._storage_options,
             commit_properties=_commit_properties(metadata, app_transaction),
             post_commithook_properties=_post_commit(target),
         )
-        if exists:
+        if target is not None:
             return self._committed(table, _own_commit(target, metadata), app_transaction)
         return _own_commit(self._table(table), metadata, depth=_CREATION_RACE_DEPTH)
 

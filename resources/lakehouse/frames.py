@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from resources.lakehouse.port import Data
 
 
-def is_arrow(data: Data) -> bool:
+def is_arrow(data: Data) -> TypeGuard[pa.Table | pa.RecordBatchReader]:
     """Whether `data` is Arrow (a table or a stream) rather than a Spark DataFrame."""
     return hasattr(data, "__arrow_c_stream__")
 

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from resources.lakehouse.predicates import Assignment, Predicate, Value
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    Data = DataFrame | pa.Table | pa.RecordBatchReader
+    Data: TypeAlias = DataFrame | pa.Table | pa.RecordBatchReader
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -67,7 +67,8 @@ def run_files(landing: LandingZone, run_id: str) -> tuple[list[FileStat], list[s
     """The event files of a run directory, and what the layout leaves out (files in
     sub-folders)."""
     folder = run_folder(run_id)
-    files, ignored = [], []
+    files: list[FileStat] = []
+    ignored: list[FileStat] = []
     for stat in landing.list(folder):
         (ignored if "/" in stat.path.removeprefix(f"{folder}/") else files).append(stat)
     return files, [stat.path for stat in ignored]
@@ -108,7 +109,7 @@ def _problem(record: Column) -> Column:
 
 
 def parse_runs(
-    spark: SparkSession, landing: LandingZone, files_by_run: dict[str, Sequence[FileStat]]
+    spark: SparkSession, landing: LandingZone, files_by_run: Mapping[str, Sequence[FileStat]]
 ) -> ParsedRuns:
     """Read and validate the event files of the runs in one Spark job; raises
     SourceDataError naming the first bad lines (by file and line)."""

@@ -20,7 +20,8 @@ from assets.warehouse.manifest.loader import DEFAULT_EVENT_TABLES, load, warehou
 from assets.warehouse.manifest.shredder import shred, stage_table
 from resources import Lakehouse, LandingZone, SparkResource
 
-enriched_runs = dg.DynamicPartitionsDefinition(name="enriched_runs")
+ENRICHED_RUNS = "enriched_runs"
+enriched_runs = dg.DynamicPartitionsDefinition(name=ENRICHED_RUNS)
 MAX_LISTED = 20
 
 
