@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -17,6 +18,17 @@ from resources.landing import FileStat
 
 DELTA_JARS = os.environ.get("DELTA_SPARK_JARS", "")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def platform_module(name: str):
+    """`platform/<name>.py` loaded as a module (`platform/` is not a package: it would
+    shadow the stdlib module)."""
+    spec = importlib.util.spec_from_file_location(
+        f"lakehouse_{name}", PROJECT_ROOT / "platform" / f"{name}.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class NoSpark(SparkResource):

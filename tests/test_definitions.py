@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import platform
 import subprocess
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from support import platform_module
 
 from assets import external
 from assets.catalog import RESTORE_SLICE, declared, with_catalog_policy
@@ -19,12 +19,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_definitions_module():
-    spec = importlib.util.spec_from_file_location(
-        "lakehouse_definitions", PROJECT_ROOT / "platform" / "definitions.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return platform_module("definitions")
 
 
 def test_platform_folder_never_shadows_the_stdlib_module():

@@ -6,14 +6,13 @@ against it. A real PostgreSQL server is started on 127.0.0.1 for the module."""
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import pytest
 import servers
-from support import day_of_visits, partition_range, sensor_resources, visit
+from support import day_of_visits, partition_range, platform_module, sensor_resources, visit
 
 from assets.maintenance import restore_table
 from assets.overwriting import visits_daily
@@ -29,12 +28,7 @@ pytestmark = pytest.mark.long_on_delta_spark
 
 
 def instance_module():
-    spec = importlib.util.spec_from_file_location(
-        "instance_config", PROJECT_ROOT / "platform" / "instance.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return platform_module("instance")
 
 
 @pytest.fixture(scope="module")
