@@ -79,6 +79,7 @@ bench: setup
 	$(PY) benchmarks/backfill.py
 	$(PY) benchmarks/run_cost.py
 	$(PY) benchmarks/sensors.py
+	$(PY) benchmarks/delta_log.py
 
 # Benchmarks that start a standalone cluster (and a Spark Connect server) themselves.
 bench-cluster: setup
