@@ -96,6 +96,7 @@ def check(result: dg.ExecuteInProcessResult) -> dg.AssetCheckEvaluation:
     return evaluation
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_key_replayed_with_another_payload_fails_naming_key_and_column(
     resources, settings, lakehouse, write_payments
 ):
@@ -142,6 +143,7 @@ def test_the_same_payment_twice_is_stored_once_and_counted_as_replayed(
     assert lakehouse.read_arrow(PAYMENTS).schema.field("amount").type.scale == 6
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_batch_with_a_conflict_commits_none_of_its_new_payments(
     resources, settings, lakehouse, write_payments
 ):
@@ -201,6 +203,7 @@ def test_rerunning_an_ingested_day_changes_nothing_and_commits_nothing(
     assert "already stored" in metadata["skipped"].value
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_mutable_column_may_change_without_a_conflict(resources, lakehouse, write_payments):
     lenient = PaymentsSettings(mutable_columns=["account_id"])
     write_payments(DAY1, "a.jsonl", [payment("p1", account="old")])
@@ -335,6 +338,7 @@ def test_a_backfilled_range_is_one_pass_then_a_commit_per_day_as_days_run_alone_
     assert table_contents(apart, without_columns=RUN_COLUMNS) == ranged_tables
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_conflicting_day_fails_its_range_by_name_and_the_other_days_land(
     resources, settings, lakehouse, write_payments, instance
 ):

@@ -91,6 +91,7 @@ def test_late_visits_join_their_session_which_keeps_its_id(resources, lakehouse,
     assert tables(lakehouse) == once
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_bridging_visit_merges_sessions_and_retires_the_later_id(
     resources, lakehouse, write_visits
 ):

@@ -32,6 +32,7 @@ def operator(deployment, job, source: str) -> dg.ExecuteInProcessResult:
     )
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_renotified_unchanged_file_does_no_work_and_launches_nothing(deployment):
     deployment.deliver(FILES)
     assert len(deployment.run_pending()) == 1
@@ -168,6 +169,7 @@ def test_reingest_replaces_a_files_rows_and_totals_stay_exact(deployment):
         operator(deployment, reingest_telemetry_file, "telemetry/Tool01/nope.csv")
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_file_beyond_the_lateness_horizon_is_quarantined_until_released(deployment):
     deployment.settings = TelemetrySettings(lateness_horizon_hours=18)
     deployment.deliver(FILES[1:])
@@ -200,6 +202,7 @@ def test_odd_subject_keys_work_end_to_end(deployment, subject):
     assert deployment.totals() == expected_totals(files)
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_key_dagster_cannot_hold_is_refused_by_name(deployment):
     good = history(["Tool01"], 1, 5)
     bad = history(["Tool...9"], 1, 5)
@@ -266,6 +269,7 @@ def test_a_bad_line_is_named_and_loses_nothing_committed(deployment, case):
     assert deployment.states()[good.path].status == "ingested"
 
 
+@pytest.mark.long_on_delta_spark
 def test_an_empty_file_is_an_error_naming_it(deployment):
     deployment.write("telemetry/Tool01/empty.csv", b"")
     deployment.deliver(FILES[:1])

@@ -247,6 +247,7 @@ def test_a_failure_after_the_merge_does_not_merge_twice_on_retry(
     assert_versions_consistent(lakehouse, reference)
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_vacuumed_restore_target_stops_the_backfill_and_changes_nothing(
     resources, lakehouse, write_catalog
 ):

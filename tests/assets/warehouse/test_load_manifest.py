@@ -194,6 +194,7 @@ def test_a_backlog_loads_in_one_run(lakehouse, write_run, run_job):
     ]
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_run_flagged_to_skip_is_never_processed_or_loaded(
     lakehouse, write_run, run_job, resources, instance
 ):
@@ -237,6 +238,7 @@ def test_a_run_flagged_to_skip_is_never_processed_or_loaded(
     assert set(manifest.read(lakehouse)) == {RUN_A, RUN_B}
 
 
+@pytest.mark.long_on_delta_spark
 def test_an_unknown_event_type_refuses_its_run_and_names_the_type(lakehouse, write_run, run_job):
     signup = {"event_type": "signup", "event_id": "s1", "plan": "pro"}
     write_run(RUN_A, {"a.json": [page_view("p1"), signup]})
@@ -255,6 +257,7 @@ def test_an_unknown_event_type_refuses_its_run_and_names_the_type(lakehouse, wri
     assert [r["plan"] for r in warehouse_rows(lakehouse, "signup")] == ["pro"]
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_value_of_another_type_is_named_by_file_line_and_field(lakehouse, write_run, run_job):
     write_run(RUN_A, {"a.json": [purchase("b1"), purchase("b2", amount="lots")]})
     result = run_job([RUN_A])

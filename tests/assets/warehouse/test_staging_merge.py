@@ -255,6 +255,7 @@ def test_versions_years_apart_leave_one_row_at_the_newest(lakehouse, write_batch
     assert lakehouse.count(USER_EVENTS) == 4  # e1 and one derived key per batch
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_publish_whose_index_record_failed_loses_nothing(
     lakehouse, write_batch, apply, monkeypatch
 ):
@@ -287,6 +288,7 @@ def test_a_publish_whose_index_record_failed_loses_nothing(
     assert lakehouse.count(USER_EVENTS) == 1
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_publish_overtaken_between_its_lookup_and_its_commit_looks_up_again(
     lakehouse, write_batch, apply, monkeypatch
 ):
