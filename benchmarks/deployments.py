@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import statistics
 import subprocess
@@ -50,8 +49,11 @@ def spark_cluster(command: str, state: Path) -> dict[str, str]:
 
 def fresh_home(work: Path) -> dict[str, str]:
     home = work / "dagster"
-    home.mkdir(parents=True)
-    shutil.copy(PROJECT_ROOT / "platform" / "dagster.yaml", home / "dagster.yaml")
+    subprocess.run(  # the instance `make setup` writes
+        [sys.executable, str(PROJECT_ROOT / "platform" / "instance.py"), str(home)],
+        check=True,
+        capture_output=True,
+    )
     return {
         "DAGSTER_HOME": str(home),
         "LAKEHOUSE_ROOT": str(work / "lakehouse"),

@@ -87,8 +87,11 @@ def deployment(work: Path, landing: Path, spark: dict[str, str]) -> dict[str, st
     """The environment of a fresh lakehouse and Dagster home in `work` reading `landing`,
     with the Spark variables `spark` (none: a local Spark in each run)."""
     home = work / "dagster"
-    home.mkdir(parents=True)
-    shutil.copy(PROJECT_ROOT / "platform" / "dagster.yaml", home / "dagster.yaml")
+    subprocess.run(  # the instance `make setup` writes
+        [sys.executable, str(PROJECT_ROOT / "platform" / "instance.py"), str(home)],
+        check=True,
+        capture_output=True,
+    )
     with dg.DagsterInstance.from_config(str(home)):
         pass  # the instance's storage, created before any run
     env = {key: value for key, value in os.environ.items() if key not in SPARK_VARIABLES}
@@ -208,8 +211,11 @@ def landing_latency(work: Path, spark: dict[str, str], *, interval: int, landing
 
 def demo_time(work: Path) -> float:
     home = work / "dagster"
-    home.mkdir(parents=True)
-    shutil.copy(PROJECT_ROOT / "platform" / "dagster.yaml", home / "dagster.yaml")
+    subprocess.run(  # the instance `make setup` writes
+        [sys.executable, str(PROJECT_ROOT / "platform" / "instance.py"), str(home)],
+        check=True,
+        capture_output=True,
+    )
     env = {key: value for key, value in os.environ.items() if key not in SPARK_VARIABLES}
     env.update(
         DAGSTER_HOME=str(home),

@@ -418,8 +418,11 @@ def run_environment(
     """A Dagster home with the platform's instance config, and the environment a run
     process of this deployment gets."""
     home = root / "dagster"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((ROOT / "platform" / "dagster.yaml").read_text())
+    subprocess.run(  # the instance `make setup` writes
+        [sys.executable, str(ROOT / "platform" / "instance.py"), str(home)],
+        check=True,
+        capture_output=True,
+    )
     return home, {
         **os.environ,
         "DAGSTER_HOME": str(home),

@@ -31,6 +31,13 @@ def platform_module(name: str):
     return module
 
 
+def instance_home(home: Path) -> Path:
+    """`home` holding the instance configuration `make setup` writes (with SQLite storage),
+    created when missing."""
+    platform_module("instance").write_instance(home, {})
+    return home
+
+
 class NoSpark(SparkResource):
     """A Spark resource that fails whoever asks it for a session: proves that code which
     must never start a JVM (sensors) does not."""

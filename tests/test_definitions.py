@@ -10,7 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from support import platform_module
+from support import instance_home, platform_module
 
 from assets import external
 from assets.catalog import RESTORE_SLICE, declared, with_catalog_policy
@@ -224,7 +224,7 @@ def test_every_config_field_a_user_fills_in_says_what_it_is(tmp_path):
 
 
 def test_the_instance_allows_one_run_per_telemetry_subject(tmp_path, monkeypatch):
-    (tmp_path / "dagster.yaml").write_text((PROJECT_ROOT / "platform" / "dagster.yaml").read_text())
+    instance_home(tmp_path)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     with dg.DagsterInstance.get() as instance:
         limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
@@ -236,7 +236,7 @@ def test_the_instance_allows_one_run_per_telemetry_subject(tmp_path, monkeypatch
 
 
 def test_the_instance_re_executes_failed_runs(tmp_path, monkeypatch):
-    (tmp_path / "dagster.yaml").write_text((PROJECT_ROOT / "platform" / "dagster.yaml").read_text())
+    instance_home(tmp_path)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     with dg.DagsterInstance.get() as instance:
         assert instance.run_retries_enabled
@@ -281,7 +281,7 @@ def test_the_file_sensors_tick_as_often_as_the_deployment_says():
 
 def test_the_run_queue_is_looked_at_every_second(tmp_path, monkeypatch):
     """A run a sensor asked for starts within a second, not Dagster's default five."""
-    (tmp_path / "dagster.yaml").write_text((PROJECT_ROOT / "platform" / "dagster.yaml").read_text())
+    instance_home(tmp_path)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     with dg.DagsterInstance.get() as instance:
         assert instance.run_coordinator.dequeue_interval_seconds == 1
@@ -295,7 +295,7 @@ def test_an_unknown_engine_is_refused():
 
 def test_dagster_loads_the_workspace_like_dagster_dev(tmp_path):
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "LAKEHOUSE_ROOT": str(tmp_path / "l")}
-    (tmp_path / "dagster.yaml").write_text((PROJECT_ROOT / "platform" / "dagster.yaml").read_text())
+    instance_home(tmp_path)
     result = subprocess.run(
         [sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
         cwd=PROJECT_ROOT,

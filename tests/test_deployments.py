@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import uuid
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import servers
+from support import instance_home
 
 from demo.dagster_dev import dagster_dev, graphql
 from demo.dates import PIN, default_start
@@ -38,9 +38,7 @@ DEMO_START = default_start().isoformat()
 
 def demo_environment(workdir: Path, **env: str) -> dict[str, str]:
     """A fresh instance, lakehouse and landing zone under `workdir`."""
-    home = workdir / "dagster"
-    home.mkdir(parents=True)
-    shutil.copy(PROJECT_ROOT / "platform" / "dagster.yaml", home / "dagster.yaml")
+    home = instance_home(workdir / "dagster")
     return {
         **os.environ,
         "DAGSTER_HOME": str(home),

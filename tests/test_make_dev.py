@@ -7,7 +7,6 @@ Slow: a Spark Connect server, `dagster dev` and a run process, about a minute.""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from support import instance_home
 
 from demo.dagster_dev import LOCATION, free_port, graphql, serves
 from resources.spark_server import SparkServer, alive, server_state
@@ -37,9 +37,7 @@ mutation Launch($params: ExecutionParams!) {
 def test_make_dev_serves_runs_from_the_long_lived_spark_and_ctrl_c_stops_both(
     tmp_path, write_visits, landing
 ):
-    home = tmp_path / "dagster"
-    home.mkdir()
-    shutil.copy(PROJECT_ROOT / "platform" / "dagster.yaml", home / "dagster.yaml")
+    home = instance_home(tmp_path / "dagster")
     write_visits("2024-03-04", "part.jsonl", [_visit(i) for i in range(3)])
     port = free_port()
     env = {

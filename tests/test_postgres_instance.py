@@ -54,9 +54,16 @@ def postgres_instance(postgres_url, tmp_path, monkeypatch) -> Iterator[dg.Dagste
 def test_without_the_variable_the_instance_stays_on_sqlite(tmp_path):
     config = instance_module()
     home = config.write_instance(tmp_path, {})
-    assert home.read_text() == (PROJECT_ROOT / "platform" / "dagster.yaml").read_text()
+    assert home.read_text().startswith((PROJECT_ROOT / "platform" / "dagster.yaml").read_text())
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
-        assert type(instance.run_storage).__name__ == "SqliteRunStorage"
+        assert [
+            type(storage).__name__
+            for storage in (
+                instance.run_storage,
+                instance.event_log_storage,
+                instance.schedule_storage,
+            )
+        ] == ["SqliteRunStorage", "KeptConnectionsEventLogStorage", "SqliteScheduleStorage"]
 
 
 def test_a_tick_a_backfill_and_a_restore_against_postgres(

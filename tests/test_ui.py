@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
+from support import instance_home
 
 from demo.dagster_dev import dagster_dev as start_dagster_dev
 from demo.dates import DemoDates, default_start
@@ -37,9 +38,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def environment(tmp_path_factory) -> dict[str, str]:
     work = tmp_path_factory.mktemp("ui")
-    home = work / "dagster_home"
-    home.mkdir()
-    shutil.copy(PROJECT_ROOT / "platform" / "dagster.yaml", home / "dagster.yaml")
+    home = instance_home(work / "dagster_home")
     landing = work / "landing"
     write_initial_files(landing, DAYS)
     # Only the three days backfilled below: the sensors (running in `dagster dev`) then

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from support import run_process_env
+from support import instance_home, run_process_env
 from telemetry_history import START, expected_hourly, expected_totals, report
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -26,9 +26,7 @@ def test_two_concurrent_runs_of_a_subject_apply_every_file_once(tmp_path, deploy
     files = [report("Tool01", START + dt.timedelta(hours=4 * i), 300, rng) for i in range(40)]
     rng.shuffle(files)
     deployment.deliver(files)
-    home = tmp_path / "dagster"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((PROJECT_ROOT / "platform" / "dagster.yaml").read_text())
+    home = instance_home(tmp_path / "dagster")
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_dynamic_partitions("subjects", ["Tool01"])
     env = run_process_env(home, deployment.lakehouse, deployment.landing)
