@@ -1,6 +1,6 @@
 """Telemetry: out-of-order, appended and duplicated tool report files, with running totals
-and hourly rollups kept exactly right by a dirty-range reconciler (docs/patterns.md,
-Telemetry)."""
+and hourly rollups kept exactly right by a dirty-range reconciler
+(docs/patterns/telemetry.md)."""
 
 from assets.telemetry.operator_jobs import (
     blacklist_telemetry_file,
