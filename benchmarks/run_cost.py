@@ -83,15 +83,20 @@ def write_payments(landing: Path, day: dt.date, payments: int) -> None:
     write_jsonl(landing, "payments", day, "batch.jsonl", rows)
 
 
-def deployment(work: Path, landing: Path, spark: dict[str, str]) -> dict[str, str]:
-    """The environment of a fresh lakehouse and Dagster home in `work` reading `landing`,
-    with the Spark variables `spark` (none: a local Spark in each run)."""
-    home = work / "dagster"
-    subprocess.run(  # the instance `make setup` writes
+def write_instance(home: Path) -> None:
+    """The instance configuration `make setup` writes, in `home`."""
+    subprocess.run(
         [sys.executable, str(PROJECT_ROOT / "platform" / "instance.py"), str(home)],
         check=True,
         capture_output=True,
     )
+
+
+def deployment(work: Path, landing: Path, spark: dict[str, str]) -> dict[str, str]:
+    """The environment of a fresh lakehouse and Dagster home in `work` reading `landing`,
+    with the Spark variables `spark` (none: a local Spark in each run)."""
+    home = work / "dagster"
+    write_instance(home)
     with dg.DagsterInstance.from_config(str(home)):
         pass  # the instance's storage, created before any run
     env = {key: value for key, value in os.environ.items() if key not in SPARK_VARIABLES}
@@ -211,11 +216,7 @@ def landing_latency(work: Path, spark: dict[str, str], *, interval: int, landing
 
 def demo_time(work: Path) -> float:
     home = work / "dagster"
-    subprocess.run(  # the instance `make setup` writes
-        [sys.executable, str(PROJECT_ROOT / "platform" / "instance.py"), str(home)],
-        check=True,
-        capture_output=True,
-    )
+    write_instance(home)
     env = {key: value for key, value in os.environ.items() if key not in SPARK_VARIABLES}
     env.update(
         DAGSTER_HOME=str(home),
