@@ -3,9 +3,9 @@
 Dagster's SQLite event log (the default storage) builds a SQLAlchemy engine, opens the
 database file and compiles its statements afresh for every event it stores, then throws
 all of it away. A run stores a few events per partition (planned, materialized) in two
-databases each (the run's own and the index), so a range run of a year of small days
-spent a quarter of its time there: a materialization event cost 21 ms to store, 8 ms
-with its engine kept (measured on this project's machines).
+databases each (the run's own and the index). Measured on this project's machines: a
+materialization event took 17 to 21 ms to store, 8 ms with its engine kept, and a range
+run of 364 small days 21.3 and 21.6 s, against 17.8 and 18.6 s with this storage.
 
 This storage is Dagster's own, schema, files and semantics alike; it only keeps each
 database's engine (one connection, since a storage serializes its transactions under one
@@ -19,8 +19,11 @@ per-event connection gave for free are kept by hand:
 - a process that writes to many runs' databases (the daemon) keeps a few engines, the
   most recently used, and closes the others.
 
-Written here because Dagster has no setting for it (`dagster.yaml` picks the class).
-`platform/instance.py` names it in the instance's configuration.
+Written here because Dagster has no setting for it. `dagster.yaml` picks the class, and
+`platform/instance.py` names it there. It extends Dagster's storage the way Dagster's own
+storage libraries (dagster-postgres, dagster-mysql) do, and overrides one private method
+(`_connect`) using the class's own lock, initialization and shard names: Dagster is pinned
+to 1.13, and tests/resources/test_event_log.py checks the storage against Dagster's own.
 """
 
 from __future__ import annotations
@@ -30,10 +33,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
-    INDEX_SHARD_NAME,
-    SqliteEventLogStorage,
-)
+from dagster._core.storage.event_log import SqliteEventLogStorage
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._serdes import ConfigurableClassData
 from sqlalchemy import Connection, Engine, create_engine
