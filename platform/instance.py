@@ -1,8 +1,7 @@
 """Writes the Dagster instance's configuration, `DAGSTER_HOME/dagster.yaml`:
-`platform/dagster.yaml` with storage in SQLite under DAGSTER_HOME, its event log kept
-open between events (resources/event_log.py), or, when `DAGSTER_POSTGRES_URL` is set,
-with run, event-log and schedule storage in that Postgres database (Dagster's
-`storage: postgres`, from the `dagster-postgres` package).
+`platform/dagster.yaml` as it is (storage in SQLite under DAGSTER_HOME), or, when
+`DAGSTER_POSTGRES_URL` is set, the same with run, event-log and schedule storage in that
+Postgres database (Dagster's `storage: postgres`, from the `dagster-postgres` package).
 
 The file names the variable, never its value: Dagster reads the URL, password included,
 from the environment each time it loads the instance.
@@ -13,7 +12,6 @@ Run: `python platform/instance.py <DAGSTER_HOME>` (`make setup`, and so `make de
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Mapping
@@ -30,33 +28,18 @@ storage:
       env: {POSTGRES_URL}
 """
 
-SQLITE_EVENT_LOG = """
-# Runs and schedules in SQLite under DAGSTER_HOME (Dagster's default); the event log in
-# Dagster's own SQLite files there, with connections kept open between events
-# (`python platform/instance.py` writes this file).
-event_log_storage:
-  module: resources.event_log
-  class: KeptConnectionsEventLogStorage
-  config:
-    base_dir: {base_dir}
-"""
 
-
-def instance_yaml(home: Path, environ: Mapping[str, str]) -> str:
-    """The configuration of the instance in `home` for this environment."""
+def instance_yaml(environ: Mapping[str, str]) -> str:
+    """The instance's configuration for this environment."""
     text = BASE.read_text(encoding="utf-8")
-    if environ.get(POSTGRES_URL):
-        return text + POSTGRES_STORAGE
-    # Where Dagster's default SQLite storage keeps its event log.
-    return text + SQLITE_EVENT_LOG.format(base_dir=json.dumps(str(home / "history" / "runs")))
+    return text + POSTGRES_STORAGE if environ.get(POSTGRES_URL) else text
 
 
 def write_instance(home: Path, environ: Mapping[str, str]) -> Path:
     """`home/dagster.yaml` for this environment (left untouched when already so)."""
-    home = home.absolute()
     home.mkdir(parents=True, exist_ok=True)
     target = home / "dagster.yaml"
-    text = instance_yaml(home, environ)
+    text = instance_yaml(environ)
     if not target.is_file() or target.read_text(encoding="utf-8") != text:
         target.write_text(text, encoding="utf-8")
     return target

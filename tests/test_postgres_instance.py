@@ -54,7 +54,7 @@ def postgres_instance(postgres_url, tmp_path, monkeypatch) -> Iterator[dg.Dagste
 def test_without_the_variable_the_instance_stays_on_sqlite(tmp_path):
     config = instance_module()
     home = config.write_instance(tmp_path, {})
-    assert home.read_text().startswith((PROJECT_ROOT / "platform" / "dagster.yaml").read_text())
+    assert home.read_text() == (PROJECT_ROOT / "platform" / "dagster.yaml").read_text()
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
         assert [
             type(storage).__name__
@@ -63,7 +63,7 @@ def test_without_the_variable_the_instance_stays_on_sqlite(tmp_path):
                 instance.event_log_storage,
                 instance.schedule_storage,
             )
-        ] == ["SqliteRunStorage", "KeptConnectionsEventLogStorage", "SqliteScheduleStorage"]
+        ] == ["SqliteRunStorage", "SqliteEventLogStorage", "SqliteScheduleStorage"]
 
 
 def test_a_tick_a_backfill_and_a_restore_against_postgres(
