@@ -113,6 +113,12 @@ def postgres_server() -> Iterator[str]:
         nobody = pwd.getpwnam("nobody")
         os.chown(data, nobody.pw_uid, nobody.pw_gid)
         as_user = {"user": nobody.pw_uid, "group": nobody.pw_gid}
+        # `nobody` may not reach the project's folder (a clone under a 0700 directory):
+        # its own copy of the wheel's PostgreSQL, inside the folder it owns, laid out as
+        # in site-packages (the binaries find their libraries at ../../../pgserver.libs).
+        site = binaries.parents[2]
+        shutil.copytree(site / "pgserver.libs", data / "pgserver.libs")
+        binaries = Path(shutil.copytree(binaries.parent, data / "pgserver" / "pginstall")) / "bin"
     process = None
     try:
         subprocess.run(
