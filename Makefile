@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
 
-.PHONY: setup instance demo test test-connect test-slow dev bench bench-cluster lint clean cluster spark-connect cluster-down
+.PHONY: setup instance demo test test-connect test-slow dev sql bench bench-cluster lint clean cluster spark-connect cluster-down
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -64,6 +64,13 @@ test-slow: setup
 # http://127.0.0.1:3000); Ctrl-C stops both. ARGS go to `dagster dev`, e.g. ARGS="-p 3001".
 dev: setup
 	$(PY) platform/dev.py $(ARGS)
+
+# The tables by name over JDBC (beeline on the long-lived Spark's catalog); one statement:
+# make sql Q="SELECT count(*) FROM lakehouse.visits_daily". Q is passed through the
+# environment, so its quotes need no escaping.
+export Q
+sql: setup
+	@$(PY) platform/sql.py
 
 # Cost ratios; `LAKEHOUSE_ENGINE=delta-spark make bench` times the Overwriting and MERGE
 # bounds on delta-spark.

@@ -140,6 +140,7 @@ def main() -> None:
         print(f"Spark Connect server (Spark on {server.master}) on {HOST}, log {server.log}")
         print(f"  export SPARK_REMOTE={server.remote}")
         print(f"  export SPARK_SERVER_STATE={args.state / 'connect'}  # runs revive it")
+        print(f"  SQL over JDBC: {server.jdbc}")
         print("  stop it with `make cluster-down`")
     else:
         stopped = down(args.state)

@@ -2,7 +2,8 @@
 
 Spark gets Delta Lake the way its users do: the `io.delta:delta-spark_2.13` artifact of
 the installed delta-spark version (and, for `s3://` roots, `hadoop-aws` of the Hadoop
-version pyspark bundles, with its matching AWS SDK), resolved by Spark's own Ivy
+version pyspark bundles, with its matching AWS SDK; PostgreSQL's JDBC driver for a
+metastore there), resolved by Spark's own Ivy
 (`spark.jars.packages`). Set-up resolves them into a cache and records the jar files;
 every later session loads those files (`spark.jars`) and never touches the network, so
 a run cannot fail, or stall, on a download. `DELTA_SPARK_JARS` (explicit jar files) wins
@@ -50,6 +51,14 @@ def delta_packages() -> list[str]:
 def s3_packages() -> list[str]:
     # hadoop-aws depends on the AWS SDK v2 bundle of the version it was built with.
     return [f"org.apache.hadoop:hadoop-aws:{hadoop_version()}"]
+
+
+POSTGRES_DRIVER_VERSION = "42.7.4"
+
+
+def postgres_packages() -> list[str]:
+    """The JDBC driver of a PostgreSQL metastore (LAKEHOUSE_METASTORE_URL)."""
+    return [f"org.postgresql:postgresql:{POSTGRES_DRIVER_VERSION}"]
 
 
 def cache_dir() -> Path:
@@ -121,7 +130,7 @@ def resolve(packages: Sequence[str], *, cache: Path | None = None) -> list[str]:
     return jars
 
 
-PACKAGE_GROUPS = {"delta": delta_packages, "s3": s3_packages}
+PACKAGE_GROUPS = {"delta": delta_packages, "s3": s3_packages, "postgres": postgres_packages}
 RUN_MAIN = "import sys; from resources.spark_packages import main; main(sys.argv[1:])"
 
 

@@ -1,10 +1,17 @@
-"""The long-lived Spark: one Spark Connect server on 127.0.0.1 that every run attaches to.
+"""The long-lived Spark: one Spark on 127.0.0.1 that every run attaches to (Spark Connect)
+and every SQL client queries by table name (JDBC).
 
 Booting a JVM costs a run 5 to 8 s on these machines, plus its share of 2 cores; a run
 attached to a warm Spark pays a gRPC handshake instead. `make dev` and `make demo` start
-one server from pyspark's own distribution (`SparkSubmit` of `SparkConnectServer`, Delta
-loaded from set-up's jar cache) and give its `sc://` URL to every run through
-SPARK_REMOTE, with SPARK_SERVER_STATE naming the folder that describes it.
+one server from pyspark's own distribution and give its `sc://` URL to every run through
+SPARK_REMOTE, with SPARK_SERVER_STATE naming the folder that describes it. The server is
+Spark's Thrift server (HiveServer2's protocol, `jdbc:hive2://127.0.0.1:10000`) with the
+Spark Connect plugin: one JVM, one SparkContext, one Hive metastore (embedded Derby in the
+state folder's `catalog/`, or LAKEHOUSE_METASTORE_URL), so a table a run registers through
+Connect is the table beeline or any JDBC tool reads by name (`resources/catalog.py`).
+Embedded Derby admits one process, and this server is the only one that opens it. Delta
+comes from set-up's jar cache, on the driver's class path too: the Thrift server's
+sessions resolve Delta's catalog from there.
 
 That folder (`server.json`: URL, port, pid, log, who started it) is what makes the server
 manageable by anyone who finds it there:
@@ -41,7 +48,14 @@ CLIENT_ONLY = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE
 handed to a server being started."""
 DEFAULT_PORT = 15002
 """Spark Connect's own default port: taken when free, else any free one."""
-CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
+DEFAULT_JDBC_PORT = 10000
+"""HiveServer2's default port: taken when free, else any free one."""
+THRIFT_SERVER = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+METASTORE_URL_ENV = "LAKEHOUSE_METASTORE_URL"
+PREPARE_CATALOG = (
+    "import sys; from resources.catalog import Catalog; Catalog(*sys.argv[1:]).prepare()"
+)
 START_TIMEOUT = 180.0
 REMOTE_ENV = "SPARK_REMOTE"
 STATE_ENV = "SPARK_SERVER_STATE"
@@ -76,6 +90,15 @@ class ServerDescription:
     owner: int
     """Pid of the process that started the server first (`make dev`, the demo): the one
     that stops it on its way out. 0: kept until `make cluster-down` (`make spark-connect`)."""
+    jdbc_port: int = 0
+    """Its Thrift (JDBC) port; 0 for a server described before it served SQL."""
+    catalog: str = ""
+    """The folder of its catalog: the embedded metastore and what is registered in it."""
+
+    @property
+    def jdbc(self) -> str:
+        """The JDBC URL of the catalog's `lakehouse` schema, for beeline and JDBC tools."""
+        return f"jdbc:hive2://{HOST}:{self.jdbc_port}/lakehouse" if self.jdbc_port else ""
 
     @property
     def orphaned(self) -> bool:
@@ -100,16 +123,21 @@ def answers(host: str, port: int, *, timeout: float = 1.0) -> bool:
         return False
 
 
-def free_port(preferred: int | None = None) -> int:
-    with socket.socket() as s:
-        if preferred:
+def free_port(preferred: int | None = None, *, besides: int | None = None) -> int:
+    """`preferred` when it is free, else any free port other than `besides`."""
+    while True:
+        with socket.socket() as s:
+            # A port whose last server just stopped is still in TIME_WAIT; it is free for
+            # a server (the JVM binds with SO_REUSEADDR). One with a listener is not.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                s.bind((HOST, preferred))
-                return preferred
+                s.bind((HOST, preferred or 0))
             except OSError:
-                pass
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+                s.bind((HOST, 0))
+            port = s.getsockname()[1]
+        if port != besides:
+            return port
+        preferred = None
 
 
 def spark_home() -> Path:
@@ -191,7 +219,7 @@ class SparkServer:
     def running(self) -> ServerDescription | None:
         """The description, when its process lives and its port answers."""
         described = self.description()
-        if described and alive(described.pid) and answers(HOST, described.port):
+        if described and alive(described.pid) and _serving(described):
             return described
         return None
 
@@ -205,6 +233,7 @@ class SparkServer:
         master: str = "local[*]",
         config: Mapping[str, str] | None = None,
         port: int | None = None,
+        jdbc_port: int | None = None,
         owner: int | None = None,
         say: Callable[[str], None] | None = None,
         timeout: float = START_TIMEOUT,
@@ -212,7 +241,9 @@ class SparkServer:
         """The running server, started first when there is none (or it died); returns it
         and whether this call started it. A dead server's successor takes its port (the
         URL runs were given) and its owner, unless that one has exited. `config` is the
-        server's Spark configuration (`server_config`); `owner` defaults to this process."""
+        server's Spark configuration (`server_config`); `owner` defaults to this process.
+        `port` and `jdbc_port` are preferred ports (else Spark's and HiveServer2's
+        defaults when free, else any free ones)."""
         with self._locked():
             running = self.running()
             if running is not None:
@@ -231,15 +262,22 @@ class SparkServer:
             # answering there and takes it for itself.
             with _file_lock(PORTS_LOCK):
                 chosen = port or (previous.port if previous else free_port(DEFAULT_PORT))
-                if answers(HOST, chosen):
-                    raise SparkServerError(
-                        f"port {chosen} on {HOST} is taken by another process, not the Spark "
-                        f"described in {self.described}: stop it, or set SPARK_CONNECT_PORT"
-                    )
+                jdbc = (
+                    jdbc_port
+                    or (previous.jdbc_port if previous else 0)
+                    or free_port(DEFAULT_JDBC_PORT, besides=chosen)
+                )
+                for taken, variable in ((chosen, "SPARK_CONNECT_PORT"), (jdbc, "SPARK_JDBC_PORT")):
+                    if answers(HOST, taken):
+                        raise SparkServerError(
+                            f"port {taken} on {HOST} is taken by another process, not the "
+                            f"Spark described in {self.described}: stop it, or set {variable}"
+                        )
                 server = self._start(
                     master=master,
                     config=config or {},
                     port=chosen,
+                    jdbc_port=jdbc,
                     owner=(
                         previous.owner
                         if previous and not previous.orphaned
@@ -249,20 +287,36 @@ class SparkServer:
                     ),
                 )
                 self._wait(server, timeout)
+            self._prepare_catalog(server)
             return server, True
 
+    @property
+    def catalog(self) -> Path:
+        """The folder of the server's catalog: its embedded metastore (unless
+        LAKEHOUSE_METASTORE_URL names another) and the marks of registered tables."""
+        return self.state / "catalog"
+
     def _start(
-        self, *, master: str, config: Mapping[str, str], port: int, owner: int
+        self, *, master: str, config: Mapping[str, str], port: int, jdbc_port: int, owner: int
     ) -> ServerDescription:
         log = self.state / "spark-connect.log"
+        self.catalog.mkdir(parents=True, exist_ok=True)
         settings = {
+            **catalog_config(self.catalog),
             **config,
             "spark.master": master,
             "spark.app.name": "idempotent-lakehouse (long-lived Spark)",
+            "spark.plugins": CONNECT_PLUGIN,
             "spark.connect.grpc.binding.address": HOST,
             "spark.connect.grpc.binding.port": str(port),
+            "spark.hadoop.hive.server2.thrift.bind.host": HOST,
+            "spark.hadoop.hive.server2.thrift.port": str(jdbc_port),
         }
-        args = ["org.apache.spark.deploy.SparkSubmit", "--class", CONNECT_SERVER]
+        if config.get("spark.jars"):
+            # The Thrift server's sessions load Delta's catalog through the driver's own
+            # class loader, which `spark.jars` does not reach.
+            settings["spark.driver.extraClassPath"] = config["spark.jars"].replace(",", ":")
+        args = ["org.apache.spark.deploy.SparkSubmit", "--class", THRIFT_SERVER]
         for key, value in settings.items():
             args += ["--conf", f"{key}={value}"]
         # Its scratch files (Derby, spark-warehouse) stay in its own folder.
@@ -279,6 +333,8 @@ class SparkServer:
             master=master,
             log=str(log),
             owner=owner,
+            jdbc_port=jdbc_port,
+            catalog=str(self.catalog),
         )
         partial = self.described.with_suffix(".partial")
         partial.write_text(json.dumps(asdict(server), indent=2))
@@ -290,17 +346,37 @@ class SparkServer:
         Ctrl-C) is stopped and forgotten."""
         deadline = time.monotonic() + timeout
         try:
-            while not answers(HOST, server.port):
+            while not _serving(server):
                 if not alive(server.pid) or time.monotonic() > deadline:
                     raise SparkServerError(
-                        f"the long-lived Spark did not come up on {HOST}:{server.port} in "
-                        f"{timeout:.0f} s; its log: {server.log}"
+                        f"the long-lived Spark did not come up on {HOST}:{server.port} (JDBC "
+                        f"{server.jdbc_port}) in {timeout:.0f} s; its log: {server.log}"
                     )
                 time.sleep(0.3)
         except BaseException:
             stop_processes([server.pid], grace=5)
             self.described.unlink(missing_ok=True)
             raise
+
+    def _prepare_catalog(self, server: ServerDescription) -> None:
+        """Its schema created (`Catalog.prepare`), in a process of its own: the caller
+        may hold a classic Spark session, and a process holds a Connect session or a
+        classic one, never both. A server that cannot is stopped, as one that does not
+        answer is."""
+        done = subprocess.run(
+            [sys.executable, "-c", PREPARE_CATALOG, server.catalog, server.remote],
+            cwd=Path(__file__).resolve().parent.parent,
+            env={name: value for name, value in os.environ.items() if name not in CLIENT_ONLY},
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            stop_processes([server.pid], grace=5)
+            self.described.unlink(missing_ok=True)
+            raise SparkServerError(
+                f"the long-lived Spark's catalog could not be prepared: "
+                f"{done.stderr.strip()[-2000:]}; its log: {server.log}"
+            )
 
     def stop(self) -> ServerDescription | None:
         """Stop the described server by its pid; returns what was stopped."""
@@ -311,6 +387,23 @@ class SparkServer:
             stop_processes([described.pid])
             self.described.unlink(missing_ok=True)
             return described
+
+
+def _serving(server: ServerDescription) -> bool:
+    """Both its doors answer: Spark Connect, and JDBC when it has one."""
+    return answers(HOST, server.port) and (not server.jdbc_port or answers(HOST, server.jdbc_port))
+
+
+def catalog_config(folder: Path) -> dict[str, str]:
+    """The Hive catalog of a server whose catalog lives in `folder`: its metastore
+    embedded there (Derby) and the warehouse of schemas created without a location."""
+    return {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": str(folder / "warehouse"),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": (
+            f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true"
+        ),
+    }
 
 
 def server_state(dagster_home: Path) -> Path:
@@ -339,7 +432,12 @@ def server_config(env: Mapping[str, str], master: str = "local[*]") -> dict[str,
         delta_jars=env.get("DELTA_SPARK_JARS", ""),
         s3=s3,
     )
-    return {key: str(value) for key, value in resource.spark_config().items()}
+    config = {key: str(value) for key, value in resource.spark_config().items()}
+    if env.get(METASTORE_URL_ENV):
+        metastore = metastore_config(env[METASTORE_URL_ENV])
+        jars = [config["spark.jars"], metastore.pop("spark.jars", "")]
+        config.update(metastore, **{"spark.jars": ",".join(filter(None, jars))})
+    return config
 
 
 def revive(remote: str, state: str, *, say: Callable[[str], None]) -> None:
@@ -352,6 +450,29 @@ def revive(remote: str, state: str, *, say: Callable[[str], None]) -> None:
     described = server.description()
     master = described.master if described else "local[*]"
     server.ensure(master=master, config=server_config(os.environ, master), port=port, say=say)
+
+
+def _port(env: Mapping[str, str], variable: str) -> int | None:
+    return int(env[variable]) if env.get(variable) else None
+
+
+def metastore_config(url: str) -> dict[str, str]:
+    """The server's settings for a metastore database of the user's (LAKEHOUSE_METASTORE_URL,
+    a JDBC URL with its credentials as parameters) instead of the embedded one: PostgreSQL,
+    its driver from set-up's jar cache, or Derby elsewhere."""
+    from resources.spark_packages import postgres_packages, resolved_jars
+
+    if url.startswith("jdbc:postgresql:"):
+        return {
+            "spark.hadoop.javax.jdo.option.ConnectionURL": url,
+            "spark.hadoop.javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
+            "spark.jars": ",".join(resolved_jars(postgres_packages())),
+        }
+    if url.startswith("jdbc:derby:"):
+        return {"spark.hadoop.javax.jdo.option.ConnectionURL": url}
+    raise SparkServerError(
+        f"{METASTORE_URL_ENV} must be a jdbc:postgresql: or jdbc:derby: URL, not {url!r}"
+    )
 
 
 @contextlib.contextmanager
@@ -368,9 +489,13 @@ def long_lived_spark(
         yield {}
         return
     server = SparkServer(state)
-    port = int(env["SPARK_CONNECT_PORT"]) if env.get("SPARK_CONNECT_PORT") else None
     started = time.monotonic()
-    described, started_here = server.ensure(config=server_config(env), port=port, say=say)
+    described, started_here = server.ensure(
+        config=server_config(env),
+        port=_port(env, "SPARK_CONNECT_PORT"),
+        jdbc_port=_port(env, "SPARK_JDBC_PORT"),
+        say=say,
+    )
     if started_here:
         say(
             f"Spark:            {described.remote} (long-lived Spark Connect, pid "
@@ -379,6 +504,8 @@ def long_lived_spark(
         )
     else:
         say(f"Spark:            {described.remote} (the long-lived Spark already up)")
+    if described.jdbc:
+        say(f"SQL (JDBC):       {described.jdbc} (tables by name; `make sql`)")
     try:
         yield {REMOTE_ENV: described.remote, STATE_ENV: str(state)}
     finally:

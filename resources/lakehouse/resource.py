@@ -16,6 +16,7 @@ import pyarrow as pa
 from pyarrow import fs as pafs
 from pydantic import PrivateAttr
 
+from resources.catalog import Catalog
 from resources.lakehouse import port
 from resources.lakehouse.frames import StagedParts, staged_parts
 from resources.lakehouse.predicates import Dialect, Predicate, Value
@@ -49,6 +50,8 @@ class Lakehouse(dg.ConfigurableResource):
 
     _engine: port.DeltaEngine | None = PrivateAttr(default=None)
     _through_engine: dict[str, Lakehouse] = PrivateAttr(default_factory=dict)
+    _catalog: list[Catalog | None] = PrivateAttr(default_factory=list)
+    """The SQL catalog tables are registered in, once looked up (None: there is none)."""
 
     # -- naming -------------------------------------------------------------------------
 
@@ -485,6 +488,7 @@ class Lakehouse(dg.ConfigurableResource):
                 if attempt == self.commit_attempts:
                     raise port.CommitConflictError(table, "write", attempt, error) from error
                 time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+        self._register(table)
         if entry is None:
             # The engine decided there was nothing to commit (e.g. compacting a compact
             # table, merging an empty batch).
@@ -494,6 +498,31 @@ class Lakehouse(dg.ConfigurableResource):
         return port.CommitResult(
             table, entry.version, entry.operation, entry.metrics, entry.engine_metrics
         )
+
+    def sql_catalog(self) -> Catalog | None:
+        """The long-lived Spark's SQL catalog, when this lakehouse is attached to it
+        (SPARK_SERVER_STATE) and it serves one; else None."""
+        if not self._catalog:
+            from resources.spark_server import SparkServer
+
+            described = (
+                SparkServer(self.spark.server_state).description()
+                if self.spark.server_state and self.spark.remote
+                else None
+            )
+            self._catalog.append(
+                Catalog(described.catalog, self.spark.remote)
+                if described is not None and described.catalog
+                else None
+            )
+        return self._catalog[0]
+
+    def _register(self, table: str) -> None:
+        """A table committed to is registered in the SQL catalog (see resources/catalog.py;
+        nothing to do once it is)."""
+        catalog = self.sql_catalog()
+        if catalog is not None:
+            catalog.try_ensure({table: self.uri(table)})
 
     def _last_vacuum(self, table: str) -> str:
         for entry in self.history(table):

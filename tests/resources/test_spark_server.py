@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from resources.catalog import beeline
 from resources.spark_server import (
     ServerDescription,
     SparkServer,
@@ -56,11 +57,17 @@ def test_the_long_lived_spark_is_reused_revived_and_stopped_by_its_starter(tmp_p
         assert env == {"SPARK_REMOTE": first.remote, "SPARK_SERVER_STATE": str(state)}
         assert first.remote.startswith("sc://127.0.0.1:") and first.owner == os.getpid()
         assert "long-lived Spark Connect" in said[0] and first.log in said[0]
+        assert said[1].startswith("SQL (JDBC):       jdbc:hive2://127.0.0.1:")
+        assert first.jdbc in said[1] and answers("127.0.0.1", first.jdbc_port)
+        # Its catalog's schema is there before any table is: the JDBC URL answers.
+        command, shell_env = beeline(first.jdbc, "-e", "SHOW TABLES")
+        shown = subprocess.run(command, env=shell_env, capture_output=True, timeout=300)
+        assert shown.returncode == 0
 
         # A second `make demo` beside it reuses it and leaves it running on its way out.
         with long_lived_spark(state, {}, say=said.append) as again:
             assert again == env
-        assert "already up" in said[-1]
+        assert "already up" in said[-2] and first.jdbc in said[-1]
         assert alive(first.pid)
 
         # A run attaches; after the server dies, the next run starts a new one on the
@@ -73,6 +80,7 @@ def test_the_long_lived_spark_is_reused_revived_and_stopped_by_its_starter(tmp_p
         assert f"The long-lived Spark at {first.remote} is not answering" in revived.stdout
         second = SparkServer(state).description()
         assert second.pid != first.pid and second.port == first.port
+        assert second.jdbc == first.jdbc  # the JDBC URL given out stays right too
         assert second.owner == os.getpid()  # still the starter's to stop
 
     assert not alive(second.pid)

@@ -1,0 +1,184 @@
+"""The SQL catalog: every Delta table of the lakehouse by name, `lakehouse.<table>`, in the
+long-lived Spark's Hive metastore, where Spark Connect sessions, beeline and any JDBC
+tool (HiveServer2's protocol) find the same tables (`resources/spark_server.py`).
+
+A registration is `CREATE TABLE ... USING delta LOCATION`: the metastore keeps the name
+and the location, and every query reads the schema and the files from the Delta log.
+A write therefore never needs to refresh the catalog; only a name whose table moved
+elsewhere (another lakehouse root) is registered again.
+
+Who registers:
+- the first commit a process makes to a table while it is attached to the long-lived
+  Spark (`Lakehouse`, through SPARK_SERVER_STATE);
+- `make sql`, for every table under the root that is missing (written by a run that
+  booted a local Spark, by the tests, or before the catalog existed).
+
+Each registration leaves a mark in the catalog's folder (a file per name, holding the
+location), so that a run asks nothing of Spark for a table already registered. The marks
+live beside the embedded metastore they describe, and a mark that disagrees with the
+metastore is corrected at the next registration of that name.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SCHEMA = "lakehouse"
+_LOG = logging.getLogger(__name__)
+_NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_]")
+_KNOWN: set[tuple[str, str, str]] = set()
+"""(catalog folder, name, location) this process registered or found marked."""
+_KNOWN_LOCK = threading.Lock()
+
+
+def catalog_name(table: str) -> str:
+    """The metastore's name of lakehouse table `table`: its path with each folder step
+    as `__` and any other character a Hive name cannot hold as `_`
+    (`telemetry/totals` -> `telemetry__totals`)."""
+    return _NOT_IN_A_NAME.sub("_", table.strip("/").replace("/", "__")).lower()
+
+
+def _quoted(location: str) -> str:
+    return "'" + location.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _same_location(shown: str, location: str) -> bool:
+    """Spark shows a local location as `file:/path`."""
+    return shown.removeprefix("file:").rstrip("/") == location.removeprefix("file:").rstrip("/")
+
+
+class Catalog:
+    """The catalog of the long-lived Spark at `remote`, whose folder is `folder`."""
+
+    def __init__(self, folder: Path | str, remote: str) -> None:
+        self.folder = Path(folder)
+        self.remote = remote
+        self.marks = self.folder / "registered"
+
+    def marked(self, name: str) -> str | None:
+        """The location `name` was registered at, as its mark says."""
+        try:
+            return (self.marks / name).read_text()
+        except OSError:
+            return None
+
+    def _mark(self, name: str, location: str) -> None:
+        partial = self.marks / f".{name}.{uuid.uuid4().hex}"
+        partial.write_text(location)
+        partial.replace(self.marks / name)
+
+    def prepare(self) -> None:
+        """The schema, so that its JDBC URL answers before any table is registered; run
+        once the server is up (it also loads the metastore client, 2 s on a cold JVM,
+        which the first run's registration would otherwise wait for)."""
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.builder.remote(self.remote).create()
+        try:
+            session.sql(f"CREATE DATABASE IF NOT EXISTS {SCHEMA}")
+            self.marks.mkdir(parents=True, exist_ok=True)  # there once the schema is
+        finally:
+            session.stop()
+
+    def ensure(self, tables: Mapping[str, str]) -> dict[str, float]:
+        """Register each `table: location` that is not marked at that location; returns
+        the seconds each registration took. One Spark Connect session for all of them,
+        opened only when one is missing."""
+        missing = {}
+        for table, location in tables.items():
+            key = (str(self.folder), catalog_name(table), location)
+            if key in _KNOWN:
+                continue
+            if self.marked(key[1]) == location:
+                with _KNOWN_LOCK:
+                    _KNOWN.add(key)
+                continue
+            missing[key[1]] = location
+        if not missing:
+            return {}
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.builder.remote(self.remote).create()
+        try:
+            took = {}
+            session.sql(f"CREATE DATABASE IF NOT EXISTS {SCHEMA}")
+            self.marks.mkdir(parents=True, exist_ok=True)
+            for name, location in missing.items():
+                started = time.monotonic()
+                _register(session, name, location)
+                self._mark(name, location)
+                with _KNOWN_LOCK:
+                    _KNOWN.add((str(self.folder), name, location))
+                took[name] = time.monotonic() - started
+            return took
+        finally:
+            session.stop()
+
+    def try_ensure(self, tables: Mapping[str, str]) -> None:
+        """`ensure`, for a process whose data is already committed: a registration that
+        fails is logged, not raised (`make sql` registers what is missing)."""
+        try:
+            self.ensure(tables)
+        except Exception as error:  # the commit stands; the catalog catches up later
+            _LOG.warning(
+                "could not register %s in the SQL catalog (%s): `make sql` registers it",
+                ", ".join(tables),
+                str(error).splitlines()[0] if str(error) else type(error).__name__,
+            )
+
+
+def _register(session: SparkSession, name: str, location: str) -> None:
+    """`lakehouse.<name>` names the Delta table at `location` (created, or moved there)."""
+    qualified = f"{SCHEMA}.{name}"
+    session.sql(f"CREATE TABLE IF NOT EXISTS {qualified} USING delta LOCATION {_quoted(location)}")
+    shown = [
+        row.data_type
+        for row in session.sql(f"DESCRIBE TABLE EXTENDED {qualified}").collect()
+        if row.col_name == "Location"
+    ]
+    if shown and not _same_location(shown[0], location):
+        # Registered elsewhere before (another root): an external table, so dropping it
+        # drops the name only, never the files at either location.
+        session.sql(f"DROP TABLE {qualified}")
+        session.sql(f"CREATE TABLE {qualified} USING delta LOCATION {_quoted(location)}")
+
+
+BEELINE_PROMPT = re.compile(r"^\d+: jdbc:hive2://\S+> ")
+"""Beeline prints its prompt before a statement's rows even when silent."""
+
+
+def beeline(jdbc: str, *options: str) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of pyspark's own beeline connected to `jdbc`."""
+    from resources.spark import ensure_java
+    from resources.spark_server import spark_home
+
+    command = [str(spark_home() / "bin" / "beeline"), "-u", jdbc, "--silent=true", *options]
+    return command, {**os.environ, "JAVA_HOME": ensure_java(), "SPARK_HOME": str(spark_home())}
+
+
+def tables_under(root: str) -> dict[str, str]:
+    """table: location of each Delta table under the lakehouse root `root`, a folder
+    with a `_delta_log` named by its path under the root. Local roots only: the tables
+    of an object-store root are registered by the runs that write them."""
+    found: dict[str, str] = {}
+    if "://" in root or not Path(root).is_dir():
+        return found
+    for folder, children, _ in os.walk(root):
+        if "_delta_log" in children:
+            children.clear()  # a table's own folders hold no tables
+            path = Path(folder)
+            found[path.relative_to(root).as_posix()] = str(path)
+        else:
+            children[:] = sorted(child for child in children if not child.startswith("."))
+    return found

@@ -1,0 +1,155 @@
+"""The SQL catalog (resources/catalog.py): a materialization attached to the long-lived
+Spark registers its tables by name, and a JDBC client (pyspark's beeline, over
+HiveServer2's protocol) reads the rows it wrote; `make sql` registers what a run without
+the catalog wrote and answers by name. Real servers throughout: the long-lived Spark is
+Spark's Thrift server with the Spark Connect plugin, with its embedded Derby metastore.
+
+Catalog calls run in processes of their own: this test process holds a classic Spark
+session, and a process holds a Connect session or a classic one, never both."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import write_deltalake
+from support import day_of_visits, materialize_side_by_side
+
+from assets.overwriting.data_overwrite import VISITS_DAILY
+from resources import Lakehouse
+from resources.catalog import BEELINE_PROMPT, beeline, catalog_name
+from resources.spark_server import SparkServer, alive
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DAY = dt.date(2024, 3, 4)
+
+
+def jdbc_query(jdbc: str, query: str) -> subprocess.CompletedProcess:
+    """`query` through beeline on `jdbc`, its rows as CSV (header first)."""
+    command, env = beeline(jdbc, "--outputformat=csv2", "-e", query)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+def rows_of(done: subprocess.CompletedProcess) -> list[dict[str, str]]:
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [BEELINE_PROMPT.sub("", line) for line in done.stdout.splitlines()]
+    return list(csv.DictReader(io.StringIO("\n".join(lines))))
+
+
+ENSURE = """
+import json, sys
+from resources.catalog import Catalog
+print(json.dumps(Catalog(sys.argv[1], sys.argv[2]).ensure(json.loads(sys.argv[3]))))
+"""
+
+
+def ensure_registered(catalog: str, remote: str, tables: dict[str, str]) -> None:
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", ENSURE, catalog, remote, json.dumps(tables)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_run_attached_to_the_long_lived_spark_registers_its_tables_for_jdbc(
+    tmp_path, spark, landing, write_visits, spark_remote
+):
+    write_visits(DAY, "part.jsonl", day_of_visits(DAY, 12))
+    lakehouse = Lakehouse(root=str(tmp_path / "lakehouse"), spark=spark)
+    materialize_side_by_side(
+        tmp_path / "dagster",
+        lakehouse,
+        landing,
+        [["--select", "visits_daily", "--partition", DAY.isoformat()]],
+        spark=spark_remote,
+    )
+    server = SparkServer(spark_remote["SPARK_SERVER_STATE"]).running()
+    assert server is not None and server.jdbc.endswith("/lakehouse")
+
+    tables = {row["tableName"] for row in rows_of(jdbc_query(server.jdbc, "SHOW TABLES"))}
+    # The asset's table and the control tables its materialization wrote.
+    assert {"visits_daily", "visit_first_seen", "input_versions"} <= tables
+
+    written = sorted(r["visit_id"] for r in lakehouse.read_arrow(VISITS_DAILY).to_pylist())
+    read = rows_of(
+        jdbc_query(
+            server.jdbc,
+            f"SELECT visit_id, event_date FROM visits_daily WHERE event_date = '{DAY}' "
+            "ORDER BY visit_id",
+        )
+    )
+    assert [row["visit_id"] for row in read] == written and len(written) == 12
+    assert {row["event_date"] for row in read} == {DAY.isoformat()}
+
+    # A name the catalog does not hold is an error that names it.
+    missing = jdbc_query(server.jdbc, "SELECT * FROM lakehouse.no_such_table")
+    assert missing.returncode != 0
+    assert "no_such_table" in missing.stdout + missing.stderr
+
+
+def test_a_name_registered_at_another_root_is_moved_and_neither_tables_files_touched(
+    tmp_path, spark_remote
+):
+    """Registering is by location: the same table name under a second lakehouse root (a
+    second deployment, a test's scratch root) points the name at the second table, and
+    dropping the old registration leaves the first table's files where they were."""
+    server = SparkServer(spark_remote["SPARK_SERVER_STATE"]).running()
+    assert server is not None
+    first, second = tmp_path / "one" / "moved_table", tmp_path / "two" / "moved_table"
+    write_deltalake(str(first), pa.table({"n": [1, 2]}))
+    write_deltalake(str(second), pa.table({"n": [10, 20, 30]}))
+    query = "SELECT sum(n) AS total FROM lakehouse.moved_table"
+
+    ensure_registered(server.catalog, server.remote, {"moved_table": str(first)})
+    assert rows_of(jdbc_query(server.jdbc, query)) == [{"total": "3"}]
+    ensure_registered(server.catalog, server.remote, {"moved_table": str(second)})
+    assert rows_of(jdbc_query(server.jdbc, query)) == [{"total": "60"}]
+    assert (first / "_delta_log" / "00000000000000000000.json").is_file()
+    assert len(list(first.glob("*.parquet"))) == 1
+
+
+def test_make_sql_registers_what_runs_without_the_catalog_wrote_and_answers_by_name(tmp_path):
+    """`make sql Q=...` (platform/sql.py) with no long-lived Spark up: it starts one,
+    registers the tables a run without the catalog wrote (nested ones included), prints
+    the statement's rows, and stops the server it started."""
+    root = tmp_path / "lakehouse"
+    write_deltalake(str(root / "visits_daily"), pa.table({"visit_id": ["a", "b", "c"]}))
+    write_deltalake(str(root / "telemetry" / "totals"), pa.table({"n": [5]}))
+    home = tmp_path / "dagster"
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("SPARK_REMOTE", "SPARK_MASTER", "SPARK_SERVER_STATE")
+    }
+    done = subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "platform" / "sql.py")],
+        env={
+            **env,
+            "DAGSTER_HOME": str(home),
+            "LAKEHOUSE_ROOT": str(root),
+            "Q": "SELECT count(*) AS n FROM lakehouse.visits_daily WHERE visit_id <> 'b'",
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| n  |" in done.stdout and "| 2  |" in done.stdout
+    assert "jdbc:hive2://" not in done.stdout  # beeline's prompt is not part of the rows
+    assert "Registered 2 table(s) new to the catalog" in done.stderr
+    assert f"{catalog_name('telemetry/totals')}, visits_daily" in done.stderr
+    state = home.parent / "spark" / "connect"
+    assert SparkServer(state).description() is None
+    pid = int(done.stderr.split("pid ")[1].split(",")[0])
+    assert not alive(pid)
