@@ -466,6 +466,14 @@ def metastore_config(url: str) -> dict[str, str]:
         return {
             "spark.hadoop.javax.jdo.option.ConnectionURL": url,
             "spark.hadoop.javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
+            # An empty database gets the metastore's tables on first use, as Derby does,
+            # without their foreign keys: DataNucleus adds one to a table it creates while
+            # another connection's transaction holds the referenced table (the first
+            # CREATE TABLE waits forever on its own grant's table otherwise).
+            "spark.hadoop.datanucleus.schema.autoCreateTables": "true",
+            "spark.hadoop.datanucleus.schema.autoCreateColumns": "true",
+            "spark.hadoop.datanucleus.schema.autoCreateConstraints": "false",
+            "spark.hadoop.hive.metastore.schema.verification": "false",
             "spark.jars": ",".join(resolved_jars(postgres_packages())),
         }
     if url.startswith("jdbc:derby:"):

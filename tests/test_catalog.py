@@ -18,13 +18,15 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
+import servers
 from deltalake import write_deltalake
 from support import day_of_visits, materialize_side_by_side
 
 from assets.overwriting.data_overwrite import VISITS_DAILY
 from resources import Lakehouse
 from resources.catalog import BEELINE_PROMPT, beeline, catalog_name
-from resources.spark_server import SparkServer, alive
+from resources.spark_server import METASTORE_URL_ENV, SparkServer, alive, long_lived_spark
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DAY = dt.date(2024, 3, 4)
@@ -153,3 +155,26 @@ def test_make_sql_registers_what_runs_without_the_catalog_wrote_and_answers_by_n
     assert SparkServer(state).description() is None
     pid = int(done.stderr.split("pid ")[1].split(",")[0])
     assert not alive(pid)
+
+
+@pytest.mark.slow  # a minute: two long-lived Sparks and the metastore's tables made anew
+def test_the_catalog_lives_in_postgres_when_lakehouse_metastore_url_names_it(tmp_path):
+    """LAKEHOUSE_METASTORE_URL puts the metastore in PostgreSQL (its driver from set-up's
+    jar cache): a table registered through one long-lived Spark is found by name through
+    another one that shares nothing with it on disk, only the database."""
+    with servers.postgres_server() as url:
+        with servers.postgres_connection(url) as connection:
+            connection.cursor().execute('CREATE DATABASE "metastore"')
+        host = url.split("@", 1)[1].rsplit("/", 1)[0]
+        env = {METASTORE_URL_ENV: f"jdbc:postgresql://{host}/metastore?user=postgres"}
+        table = tmp_path / "lakehouse" / "payments"
+        write_deltalake(str(table), pa.table({"amount": [1.5, 2.5]}))
+        query = "SELECT sum(amount) AS total FROM lakehouse.payments"
+        for state, register in ((tmp_path / "first", True), (tmp_path / "second", False)):
+            with long_lived_spark(state, env, say=lambda line: None):
+                server = SparkServer(state).running()
+                assert server is not None
+                if register:
+                    ensure_registered(server.catalog, server.remote, {"payments": str(table)})
+                assert rows_of(jdbc_query(server.jdbc, query)) == [{"total": "4.0"}]
+        assert not (tmp_path / "first" / "catalog" / "metastore_db").exists()
