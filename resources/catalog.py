@@ -8,8 +8,9 @@ A write therefore never needs to refresh the catalog; only a name whose table mo
 elsewhere (another lakehouse root) is registered again.
 
 Who registers:
-- the first commit a process makes to a table while it is attached to the long-lived
-  Spark (`Lakehouse`, through SPARK_SERVER_STATE);
+- a run attached to the long-lived Spark (through SPARK_SERVER_STATE), for the tables it
+  committed to, once its work is done (`Lakehouse.register_committed`, at the resource's
+  teardown): nothing it commits waits for the metastore;
 - `make sql`, for every table under the root that is missing (written by a run that
   booted a local Spark, by the tests, or before the catalog existed).
 

@@ -52,6 +52,9 @@ class Lakehouse(dg.ConfigurableResource):
     _through_engine: dict[str, Lakehouse] = PrivateAttr(default_factory=dict)
     _catalog: list[Catalog | None] = PrivateAttr(default_factory=list)
     """The SQL catalog tables are registered in, once looked up (None: there is none)."""
+    _committed: set[str] = PrivateAttr(default_factory=set)
+    """The tables this lakehouse committed to, registered in the SQL catalog at the end
+    of the run (`teardown_after_execution`)."""
 
     # -- naming -------------------------------------------------------------------------
 
@@ -488,7 +491,7 @@ class Lakehouse(dg.ConfigurableResource):
                 if attempt == self.commit_attempts:
                     raise port.CommitConflictError(table, "write", attempt, error) from error
                 time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
-        self._register(table)
+        self._committed.add(table)
         if entry is None:
             # The engine decided there was nothing to commit (e.g. compacting a compact
             # table, merging an empty batch).
@@ -517,12 +520,21 @@ class Lakehouse(dg.ConfigurableResource):
             )
         return self._catalog[0]
 
-    def _register(self, table: str) -> None:
-        """A table committed to is registered in the SQL catalog (see resources/catalog.py;
-        nothing to do once it is)."""
+    def register_committed(self) -> None:
+        """Register the tables committed to through this lakehouse (and its other
+        engine's) in the SQL catalog, if there is one (resources/catalog.py): a file
+        check each once they are registered. After the run's work, not at each commit:
+        the first registration on a fresh server waits seconds on its metastore, and
+        nothing the run commits should wait for the catalog."""
         catalog = self.sql_catalog()
-        if catalog is not None:
-            catalog.try_ensure({table: self.uri(table)})
+        committed = set().union(
+            self._committed, *(o._committed for o in self._through_engine.values())
+        )
+        if catalog is not None and committed:
+            catalog.try_ensure({table: self.uri(table) for table in sorted(committed)})
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self.register_committed()
 
     def _last_vacuum(self, table: str) -> str:
         for entry in self.history(table):
