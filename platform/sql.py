@@ -4,10 +4,11 @@
     make sql Q="SELECT count(*) FROM lakehouse.visits_daily"  # one statement, its rows
 
 Uses the long-lived Spark of `make dev` when it is up (else starts one for the length of
-the command and stops it after), registers every table under LAKEHOUSE_ROOT that its
-catalog lacks (resources/catalog.py), and runs pyspark's own beeline on the catalog's
-JDBC URL. Any JDBC tool (DBeaver, Superset, another beeline) connects to the same URL
-while `make dev` runs. Run as a script (`platform/` is not a package).
+the command and stops it after), drops the names whose table is gone, registers every
+table under LAKEHOUSE_ROOT that its catalog lacks (resources/catalog.py), and runs
+pyspark's own beeline on the catalog's JDBC URL. Any JDBC tool (DBeaver, Superset,
+another beeline) connects to the same URL while `make dev` runs. Run as a script
+(`platform/` is not a package).
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ def register_missing(catalog: Catalog, root: str) -> None:
     if is_object_store(root):
         say(f"Tables under {root} are registered by the runs that write them.")
     started = time.monotonic()
+    gone = catalog.forget_missing()
+    if gone:
+        say(f"Dropped {len(gone)} name(s) whose table is gone: {', '.join(gone)}")
     took = catalog.ensure(tables_under(root))
     if took:
         say(

@@ -22,13 +22,13 @@ metastore is corrected at the next registration of that name.
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import os
 import re
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 SCHEMA = "lakehouse"
-_LOG = logging.getLogger(__name__)
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_]")
 _KNOWN: set[tuple[str, str, str]] = set()
 """(catalog folder, name, location) this process registered or found marked."""
@@ -79,18 +78,25 @@ class Catalog:
         partial.write_text(location)
         partial.replace(self.marks / name)
 
-    def prepare(self) -> None:
-        """The schema, so that its JDBC URL answers before any table is registered; run
-        once the server is up (it also loads the metastore client, 2 s on a cold JVM,
-        which the first run's registration would otherwise wait for)."""
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[SparkSession]:
+        """A Spark Connect session of its own on the server, its schema there."""
         from pyspark.sql import SparkSession
 
         session = SparkSession.builder.remote(self.remote).create()
         try:
             session.sql(f"CREATE DATABASE IF NOT EXISTS {SCHEMA}")
-            self.marks.mkdir(parents=True, exist_ok=True)  # there once the schema is
+            self.marks.mkdir(parents=True, exist_ok=True)
+            yield session
         finally:
             session.stop()
+
+    def prepare(self) -> None:
+        """The schema, so that its JDBC URL answers before any table is registered; run
+        once the server is up (it also loads the metastore client, 2 s on a cold JVM,
+        which the first run's registration would otherwise wait for)."""
+        with self._session():
+            pass
 
     def ensure(self, tables: Mapping[str, str]) -> dict[str, float]:
         """Register each `table: location` that is not marked at that location; returns
@@ -108,13 +114,8 @@ class Catalog:
             missing[key[1]] = location
         if not missing:
             return {}
-        from pyspark.sql import SparkSession
-
-        session = SparkSession.builder.remote(self.remote).create()
-        try:
-            took = {}
-            session.sql(f"CREATE DATABASE IF NOT EXISTS {SCHEMA}")
-            self.marks.mkdir(parents=True, exist_ok=True)
+        took = {}
+        with self._session() as session:
             for name, location in missing.items():
                 started = time.monotonic()
                 _register(session, name, location)
@@ -122,25 +123,49 @@ class Catalog:
                 with _KNOWN_LOCK:
                     _KNOWN.add((str(self.folder), name, location))
                 took[name] = time.monotonic() - started
-            return took
-        finally:
-            session.stop()
+        return took
 
-    def try_ensure(self, tables: Mapping[str, str]) -> None:
+    def forget_missing(self) -> list[str]:
+        """Drop the names whose table is gone (a local location without its Delta log,
+        e.g. a week frozen into its year) and their marks; returns the names dropped."""
+        gone = [
+            mark.name
+            for mark in sorted(self.marks.glob("[!.]*"))
+            if not _is_delta_table(mark.read_text())
+        ]
+        if gone:
+            with self._session() as session:
+                for name in gone:
+                    # An external table: dropping it drops the name only.
+                    session.sql(f"DROP TABLE IF EXISTS {SCHEMA}.{name}")
+                    (self.marks / name).unlink()
+        return gone
+
+    def try_ensure(self, tables: Mapping[str, str], *, warn: Callable[[str], None]) -> None:
         """`ensure`, for a process whose data is already committed: a registration that
-        fails is logged, not raised (`make sql` registers what is missing)."""
+        fails is said to `warn` in one line, not raised (`make sql` registers it)."""
         try:
             self.ensure(tables)
         except Exception as error:  # the commit stands; the catalog catches up later
-            _LOG.warning(
-                "could not register %s in the SQL catalog (%s): `make sql` registers it",
-                ", ".join(tables),
-                str(error).splitlines()[0] if str(error) else type(error).__name__,
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            warn(
+                f"could not register {', '.join(tables)} in the SQL catalog "
+                f"({reason or type(error).__name__}): `make sql` registers what is missing"
             )
 
 
+def _is_delta_table(location: str) -> bool:
+    """A local location holds a Delta table; an object-store one is taken as the caller
+    says (the runs that wrote it)."""
+    return "://" in location or (Path(location) / "_delta_log").is_dir()
+
+
 def _register(session: SparkSession, name: str, location: str) -> None:
-    """`lakehouse.<name>` names the Delta table at `location` (created, or moved there)."""
+    """`lakehouse.<name>` names the Delta table at `location` (created, or moved there).
+    Refused for a location holding no table: Delta's CREATE TABLE would make an empty
+    one there."""
+    if not _is_delta_table(location):
+        raise ValueError(f"no Delta table at {location}")
     qualified = f"{SCHEMA}.{name}"
     session.sql(f"CREATE TABLE IF NOT EXISTS {qualified} USING delta LOCATION {_quoted(location)}")
     shown = [

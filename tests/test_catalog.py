@@ -13,6 +13,7 @@ import csv
 import datetime as dt
 import io
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -120,7 +121,57 @@ def test_a_name_registered_at_another_root_is_moved_and_neither_tables_files_tou
     assert (first / "_delta_log" / "00000000000000000000.json").is_file()
     assert len(list(first.glob("*.parquet"))) == 1
 
+    # The table goes (a week frozen into its year): `make sql` drops its name.
+    shutil.rmtree(second)
+    forgot = subprocess.run(
+        [sys.executable, "-c", FORGET, server.catalog, server.remote],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert forgot.returncode == 0, forgot.stderr[-3000:]
+    assert "moved_table" in forgot.stdout.split()
+    shown = rows_of(jdbc_query(server.jdbc, "SHOW TABLES"))
+    assert "moved_table" not in {row["tableName"] for row in shown}
 
+
+FORGET = """
+import sys
+from resources.catalog import Catalog
+print(*Catalog(sys.argv[1], sys.argv[2]).forget_missing())
+"""
+TRY = """
+import sys
+from resources.catalog import Catalog
+Catalog(sys.argv[1], sys.argv[2]).try_ensure({"not_a_table": sys.argv[3]}, warn=print)
+print("the run goes on")
+"""
+
+
+def test_a_registration_that_fails_is_one_line_and_not_an_error(tmp_path, spark_remote):
+    """A run's data is committed before it registers its tables: a registration that
+    fails (here of a location holding no Delta table, where Delta would make an empty
+    one) is said in one line, and nothing is made there."""
+    server = SparkServer(spark_remote["SPARK_SERVER_STATE"]).running()
+    assert server is not None
+    done = subprocess.run(
+        [sys.executable, "-c", TRY, server.catalog, server.remote, str(tmp_path / "empty")],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = done.stdout.splitlines()
+    assert said[0].startswith("could not register not_a_table in the SQL catalog (")
+    assert said[0].endswith("`make sql` registers what is missing")
+    assert said[1] == "the run goes on"
+    assert not (Path(server.catalog) / "registered" / "not_a_table").exists()
+    assert not (tmp_path / "empty").exists()
+
+
+@pytest.mark.slow  # a long-lived Spark of its own, started and stopped, as make dev's is
 def test_make_sql_registers_what_runs_without_the_catalog_wrote_and_answers_by_name(tmp_path):
     """`make sql Q=...` (platform/sql.py) with no long-lived Spark up: it starts one,
     registers the tables a run without the catalog wrote (nested ones included), prints

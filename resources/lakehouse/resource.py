@@ -520,7 +520,7 @@ class Lakehouse(dg.ConfigurableResource):
             )
         return self._catalog[0]
 
-    def register_committed(self) -> None:
+    def register_committed(self, warn: Callable[[str], None]) -> None:
         """Register the tables committed to through this lakehouse (and its other
         engine's) in the SQL catalog, if there is one (resources/catalog.py): a file
         check each once they are registered. After the run's work, not at each commit:
@@ -530,11 +530,15 @@ class Lakehouse(dg.ConfigurableResource):
         committed = set().union(
             self._committed, *(o._committed for o in self._through_engine.values())
         )
-        if catalog is not None and committed:
-            catalog.try_ensure({table: self.uri(table) for table in sorted(committed)})
+        if catalog is None or not committed:
+            return
+        # A table the run dropped after writing it (a week frozen into its year) is not
+        # registered: Delta would make an empty table at its location.
+        standing = {table: self.uri(table) for table in sorted(committed) if self.exists(table)}
+        catalog.try_ensure(standing, warn=warn)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        self.register_committed()
+        self.register_committed(warn=context.log.warning if context.log else print)
 
     def _last_vacuum(self, table: str) -> str:
         for entry in self.history(table):
