@@ -1,6 +1,6 @@
 """The demo's last part: the tables by name over JDBC, the way `make sql`, beeline and any
-JDBC tool reach them. The runs attached to the long-lived Spark registered their tables
-as they committed; whatever else is under the root is registered here, as `make sql`
+JDBC tool reach them. The runs attached to the long-lived Spark registered the tables
+they committed to; whatever else is under the root is registered here, as `make sql`
 does. Then beeline asks the catalog for visits_daily's rows by name, and the answer is
 checked against the table read directly.
 """
