@@ -2,10 +2,10 @@
 JDBC query, and a one-day run that registers its tables against one that finds them
 registered, side by side on one long-lived Spark (resources/catalog.py).
 
-- Registration: `Catalog.ensure` of one new table, as a run's first commit to it pays it
-  (a Spark Connect session opened, the schema, CREATE TABLE, the location checked, the
-  mark written), median over fresh tables; then the same call for a registered table
-  (one mark read), the cost every later commit of a process pays once per table.
+- Registration: `Catalog.ensure` of one new table, as a run pays it at its end for a
+  table it wrote that is new to the catalog (a Spark Connect session opened, the schema,
+  CREATE TABLE, the location checked, the mark written), median over fresh tables; then
+  the check of a registered table (one mark read), what every later run pays per table.
 - JDBC: beeline's own timing of `SELECT count(*)` by name over a warm connection (the
   latency a JDBC tool sees), and the wall time of one `beeline -e` (a JVM, a connection,
   the query: what `make sql Q=...` adds to a running server).

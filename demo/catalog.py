@@ -15,6 +15,7 @@ import subprocess
 from assets.overwriting.data_overwrite import VISITS_DAILY
 from resources import Lakehouse
 from resources.catalog import BEELINE_PROMPT, beeline, tables_under
+from resources.spark_server import SparkServer
 
 QUERY = f"SELECT count(*) AS n FROM lakehouse.{VISITS_DAILY}"
 
@@ -26,8 +27,6 @@ def run(lakehouse: Lakehouse, visits: int) -> bool:
     if catalog is None:
         print("11. SQL by name: skipped (the demo is not attached to the long-lived Spark).\n")
         return True
-    from resources.spark_server import SparkServer
-
     server = SparkServer(os.environ["SPARK_SERVER_STATE"]).running()
     assert server is not None  # the demo's runs are attached to it
     catalog.ensure(tables_under(lakehouse.root))

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -37,9 +36,6 @@ if TYPE_CHECKING:
 
 SCHEMA = "lakehouse"
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_]")
-_KNOWN: set[tuple[str, str, str]] = set()
-"""(catalog folder, name, location) this process registered or found marked."""
-_KNOWN_LOCK = threading.Lock()
 
 
 def catalog_name(table: str) -> str:
@@ -102,16 +98,11 @@ class Catalog:
         """Register each `table: location` that is not marked at that location; returns
         the seconds each registration took. One Spark Connect session for all of them,
         opened only when one is missing."""
-        missing = {}
-        for table, location in tables.items():
-            key = (str(self.folder), catalog_name(table), location)
-            if key in _KNOWN:
-                continue
-            if self.marked(key[1]) == location:
-                with _KNOWN_LOCK:
-                    _KNOWN.add(key)
-                continue
-            missing[key[1]] = location
+        missing = {
+            name: location
+            for table, location in tables.items()
+            if self.marked(name := catalog_name(table)) != location
+        }
         if not missing:
             return {}
         took = {}
@@ -120,8 +111,6 @@ class Catalog:
                 started = time.monotonic()
                 _register(session, name, location)
                 self._mark(name, location)
-                with _KNOWN_LOCK:
-                    _KNOWN.add((str(self.folder), name, location))
                 took[name] = time.monotonic() - started
         return took
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -27,7 +28,13 @@ from support import day_of_visits, materialize_side_by_side
 from assets.overwriting.data_overwrite import VISITS_DAILY
 from resources import Lakehouse
 from resources.catalog import BEELINE_PROMPT, beeline, catalog_name
-from resources.spark_server import METASTORE_URL_ENV, SparkServer, alive, long_lived_spark
+from resources.spark_server import (
+    METASTORE_URL_ENV,
+    ServerDescription,
+    SparkServer,
+    alive,
+    long_lived_spark,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DAY = dt.date(2024, 3, 4)
@@ -45,24 +52,26 @@ def rows_of(done: subprocess.CompletedProcess) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO("\n".join(lines))))
 
 
-ENSURE = """
-import json, sys
-from resources.catalog import Catalog
-print(json.dumps(Catalog(sys.argv[1], sys.argv[2]).ensure(json.loads(sys.argv[3]))))
-"""
-
-
-def ensure_registered(catalog: str, remote: str, tables: dict[str, str]) -> None:
-    import json
-
+def with_catalog(server: ServerDescription, statements: str, *args: str) -> str:
+    """`statements` run in a process of its own with `catalog`, the server's `Catalog`,
+    and `args`; returns what they printed."""
+    script = (
+        "import json, sys\nfrom resources.catalog import Catalog\n"
+        "catalog, args = Catalog(sys.argv[1], sys.argv[2]), sys.argv[3:]\n" + statements
+    )
     done = subprocess.run(
-        [sys.executable, "-c", ENSURE, catalog, remote, json.dumps(tables)],
+        [sys.executable, "-c", script, server.catalog, server.remote, *args],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def ensure_registered(server: ServerDescription, tables: dict[str, str]) -> None:
+    with_catalog(server, "catalog.ensure(json.loads(args[0]))", json.dumps(tables))
 
 
 def test_a_run_attached_to_the_long_lived_spark_registers_its_tables_for_jdbc(
@@ -114,39 +123,19 @@ def test_a_name_registered_at_another_root_is_moved_and_neither_tables_files_tou
     write_deltalake(str(second), pa.table({"n": [10, 20, 30]}))
     query = "SELECT sum(n) AS total FROM lakehouse.moved_table"
 
-    ensure_registered(server.catalog, server.remote, {"moved_table": str(first)})
+    ensure_registered(server, {"moved_table": str(first)})
     assert rows_of(jdbc_query(server.jdbc, query)) == [{"total": "3"}]
-    ensure_registered(server.catalog, server.remote, {"moved_table": str(second)})
+    ensure_registered(server, {"moved_table": str(second)})
     assert rows_of(jdbc_query(server.jdbc, query)) == [{"total": "60"}]
     assert (first / "_delta_log" / "00000000000000000000.json").is_file()
     assert len(list(first.glob("*.parquet"))) == 1
 
     # The table goes (a week frozen into its year): `make sql` drops its name.
     shutil.rmtree(second)
-    forgot = subprocess.run(
-        [sys.executable, "-c", FORGET, server.catalog, server.remote],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert forgot.returncode == 0, forgot.stderr[-3000:]
-    assert "moved_table" in forgot.stdout.split()
+    forgot = with_catalog(server, "print(*catalog.forget_missing())")
+    assert "moved_table" in forgot.split()
     shown = rows_of(jdbc_query(server.jdbc, "SHOW TABLES"))
     assert "moved_table" not in {row["tableName"] for row in shown}
-
-
-FORGET = """
-import sys
-from resources.catalog import Catalog
-print(*Catalog(sys.argv[1], sys.argv[2]).forget_missing())
-"""
-TRY = """
-import sys
-from resources.catalog import Catalog
-Catalog(sys.argv[1], sys.argv[2]).try_ensure({"not_a_table": sys.argv[3]}, warn=print)
-print("the run goes on")
-"""
 
 
 def test_a_registration_that_fails_is_one_line_and_not_an_error(tmp_path, spark_remote):
@@ -155,15 +144,11 @@ def test_a_registration_that_fails_is_one_line_and_not_an_error(tmp_path, spark_
     one) is said in one line, and nothing is made there."""
     server = SparkServer(spark_remote["SPARK_SERVER_STATE"]).running()
     assert server is not None
-    done = subprocess.run(
-        [sys.executable, "-c", TRY, server.catalog, server.remote, str(tmp_path / "empty")],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    said = done.stdout.splitlines()
+    said = with_catalog(
+        server,
+        'catalog.try_ensure({"not_a_table": args[0]}, warn=print)\nprint("the run goes on")',
+        str(tmp_path / "empty"),
+    ).splitlines()
     assert said[0].startswith("could not register not_a_table in the SQL catalog (")
     assert said[0].endswith("`make sql` registers what is missing")
     assert said[1] == "the run goes on"
@@ -226,6 +211,6 @@ def test_the_catalog_lives_in_postgres_when_lakehouse_metastore_url_names_it(tmp
                 server = SparkServer(state).running()
                 assert server is not None
                 if register:
-                    ensure_registered(server.catalog, server.remote, {"payments": str(table)})
+                    ensure_registered(server, {"payments": str(table)})
                 assert rows_of(jdbc_query(server.jdbc, query)) == [{"total": "4.0"}]
         assert not (tmp_path / "first" / "catalog" / "metastore_db").exists()
