@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from assets.automation import after_upstream
 from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.materialization import commit_metadata, materialization_metadata, skipped_metadata
 from assets.overwriting.data_overwrite import VISITS_DAILY, daily_partitions, visits_daily
@@ -404,19 +405,19 @@ def rebuild(lakehouse: Lakehouse, changes: Changes, gap: dt.timedelta) -> Rebuil
             raise dg.Failure(f"sessions around {days} kept growing after {MAX_WIDENINGS} widenings")
         return wider
 
+    # The stored sessions the changes can reach: within the gap of the changed days. Read
+    # once: widening by every stored session the window comes to reach would creep over
+    # the whole history wherever sessions of different users overlap around the clock.
+    pinned_reached = Pinned.of(_overlapping(lakehouse, window, users), users)
+    reached = pinned_reached.frame
+    low, high, _ = pinned_reached.span(gap)
+    window = window.widened(low, high)
     while True:
-        # The stored sessions the window reaches, the window widened to hold them whole.
-        pinned_stored = Pinned.of(_overlapping(lakehouse, window, users), users)
-        stored = pinned_stored.frame
-        low, high, _ = pinned_stored.span(gap)
-        if window.widened(low, high) != window:
-            window = widen(window.widened(low, high))
-            continue
         sessions = sessionize(_visits_within(lakehouse, window, users), gap)
         # Rebuilt: the sessions holding a visit of the changed days, or covering a
-        # stored one.
+        # stored one the changes reach (a session split off by a removed visit).
         touching = sessions.join(
-            stored.select(
+            reached.select(
                 "user_id",
                 F.col("session_start").alias("_s"),
                 F.col("session_end").alias("_e"),
@@ -442,6 +443,10 @@ def rebuild(lakehouse: Lakehouse, changes: Changes, gap: dt.timedelta) -> Rebuil
             break
         window = widen(window.widened(low, high))
     kept = _never_retired(lakehouse, kept.drop("_unseen_visit"), users)
+    # Retired: the stored sessions the changes reach or a rebuilt one covers (merged
+    # into it), that no rebuilt session continues. A rebuilt session that grew covers
+    # the stored ones it swallowed whole: outside the changed days no visit changed.
+    stored = _overlapping(lakehouse, window, users)
     retired = (
         stored.join(kept.select("session_id"), "session_id", "left_anti")
         .alias("r")
@@ -459,6 +464,9 @@ def rebuild(lakehouse: Lakehouse, changes: Changes, gap: dt.timedelta) -> Rebuil
         )
         .groupBy(F.col("r.session_id").alias("session_id"), F.col("r.user_id").alias("user_id"))
         .agg(F.min("merged_into").alias("merged_into"))
+        .join(reached.select("session_id", F.lit(True).alias("_reached")), "session_id", "left")
+        .where(F.col("merged_into").isNotNull() | F.col("_reached").isNotNull())
+        .drop("_reached")
     )
     return Rebuild(kept, Pinned.of(retired, users).frame, window, widenings, changes)
 
@@ -645,6 +653,7 @@ def build(
     partitions_def=daily_partitions,
     deps=[visits_daily],
     backfill_policy=SINGLE_RUN,
+    automation_condition=after_upstream(),
     group_name="database",
     kinds={"spark", "delta"},
     **declared(

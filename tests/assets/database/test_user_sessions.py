@@ -228,3 +228,43 @@ def test_a_backfilled_range_builds_its_days_in_one_run_as_runs_of_each_day_do(
         ("u1", "03 22:00", "04 00:05", 7),
         ("u2", "03 23:50", "04 00:30", 3),
     ]
+
+
+@pytest.mark.long_on_delta_spark
+def test_days_built_one_after_another_over_sessions_around_the_clock(
+    resources, lakehouse, write_visits
+):
+    """The daily flow over busy data: twelve users each active three hours a day, their
+    sessions overlapping one another's around the clock. A new day reaches yesterday's
+    last sessions and no further; it once crept back through every stored day, one
+    session at a time, and failed after 20 widenings on the third day."""
+    days = [DAY + dt.timedelta(days=i) for i in range(3)]
+    by_day: dict[dt.date, list[tuple[str, str, str]]] = {}
+    for day in days:
+        for user in range(12):
+            start = dt.datetime.combine(day, dt.time(2 * user), dt.UTC)
+            for step in range(9):
+                when = start + dt.timedelta(minutes=20 * step)
+                if when.date() in days:
+                    by_day.setdefault(when.date(), []).append(
+                        (f"{day:%d}-{user}-{step}", f"u{user}", when)
+                    )
+    for day in days:
+        write_visits(
+            day, "a.jsonl", [visit(vid, when, user=user) for vid, user, when in by_day[day]]
+        )
+        metadata = run(resources, day)
+        assert metadata["widenings"].value <= 2
+    want = []
+    for day in days:
+        for user in range(12):
+            start = dt.datetime.combine(day, dt.time(2 * user), dt.UTC)
+            visits = [
+                start + dt.timedelta(minutes=20 * s)
+                for s in range(9)
+                if (start + dt.timedelta(minutes=20 * s)).date() in days
+            ]
+            want.append(
+                (f"u{user}", f"{visits[0]:%d %H:%M}", f"{visits[-1]:%d %H:%M}", len(visits))
+            )
+    assert sorted(sessions(lakehouse).values()) == sorted(want)
