@@ -107,7 +107,7 @@ def run_demo(
 
     visits_began = time.monotonic()
     sensor = [visits_late_files.name]
-    since = time.time()
+    since = since_start = time.time()
     days = dates.visit_days
     files = write_initial_files(landing_root, days)
     weeks = sorted({week_start(d) for d in days})
@@ -188,7 +188,7 @@ def run_demo(
     for part, run in (
         ("telemetry", lambda: telemetry.run(dagster, resources, dates.telemetry_start)),
         ("updates", lambda: updates.run(dagster, resources, dates.update_days)),
-        ("database", lambda: database.run(defs, resources, instance, dates)),
+        ("database", lambda: database.run(defs, resources, dagster, dates, since_start)),
         ("warehouse", lambda: warehouse.run(dagster, resources, dates.warehouse_start)),
     ):
         began = time.monotonic()

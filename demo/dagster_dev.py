@@ -12,6 +12,7 @@ sensor since a moment, and the runs they launched.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -53,6 +54,8 @@ UNREACHABLE = "DagsterUserCodeUnreachableError"
 UNREACHABLE_LIMIT = 300
 """Seconds the demo waits out sensor ticks failing because the code server is briefly
 out of reach."""
+AUTOMATION_TAG = "dagster/from_automation_condition"
+"""The tag of every run declarative automation launched, directly or through a backfill."""
 INSTANCE = "query { instance { info daemonHealth { allDaemonStatuses { daemonType healthy } } } }"
 
 
@@ -164,7 +167,8 @@ class Dagster:
             run = record.dagster_run
             tags = dict(run.tags)
             start = tags.get("dagster/asset_partition_range_start")
-            span = f"{start}..{tags['dagster/asset_partition_range_end']}" if start else None
+            end = tags.get("dagster/asset_partition_range_end")
+            span = start if start == end else f"{start}..{end}"
             runs.append(
                 Launched(
                     run.run_id,
@@ -215,6 +219,43 @@ class Dagster:
                 )
             time.sleep(2)
 
+    def automated(
+        self, asset: str, upstream: str, since: float, *, timeout: float = 900
+    ) -> list[Launched]:
+        """Waits for declarative automation to bring `asset` up to date with `upstream`:
+        until each partition of `asset` (the asset, if unpartitioned) has materialized
+        since the last materialization of what it reads of `upstream` (the same day; any
+        day). Returns the runs automation launched for `asset` since `since` that
+        succeeded, in launch order; fails naming one that failed for good."""
+        after = dt.datetime.fromtimestamp(since, dt.UTC)
+        deadline = time.monotonic() + timeout
+        while True:
+            runs = self.launched(
+                [
+                    record.dagster_run.run_id
+                    for record in self.instance.get_run_records(
+                        dg.RunsFilter(tags={AUTOMATION_TAG: "true"}, created_after=after)
+                    )
+                    if dg.AssetKey(asset) in (record.dagster_run.asset_selection or ())
+                ]
+            )
+            built, changed = _latest(self.instance, asset), _latest(self.instance, upstream)
+            if None in built:
+                behind = [] if built[None] > max(changed.values(), default=0) else [asset]
+            else:
+                behind = [day for day, id_ in changed.items() if built.get(day, 0) < id_]
+            if not behind:
+                return self.succeeded(runs)
+            if any(not run.ok and not run.going for run in runs):
+                self.succeeded(runs)  # raises if one failed for good
+            if time.monotonic() > deadline:
+                raise DemoError(
+                    f"automation did not bring {asset} up to date with {upstream} in "
+                    f"{timeout:.0f} s (behind: {', '.join(sorted(behind)[:5])}); see "
+                    f"{self.url}/assets/{asset}?view=automation"
+                )
+            time.sleep(2)
+
     def wait_out(self, sensor: str, tick: Tick, first_failure: float) -> None:
         """A failed tick stops the demo, unless the machinery failed it for a moment: the
         code server out of reach (seen when the 2 cores are busy) is waited out, with one
@@ -240,6 +281,20 @@ class Dagster:
                     f"{run.status.value}: see {self.url}/runs/{run.run_id}"
                 )
         return [run for run in runs if run.ok]
+
+
+def _latest(instance: dg.DagsterInstance, asset: str) -> dict[str | None, int]:
+    """The storage id of the latest materialization of each partition of `asset` (None:
+    unpartitioned)."""
+    latest: dict[str | None, int] = {}
+    cursor = None
+    while True:
+        page = instance.fetch_materializations(dg.AssetKey(asset), limit=1000, cursor=cursor)
+        for record in page.records:
+            latest.setdefault(record.partition_key, record.storage_id)
+        if not page.has_more:
+            return latest
+        cursor = page.cursor
 
 
 def serves(url: str, home: Path) -> bool:

@@ -1,8 +1,9 @@
 """The database and immutable part of the demo: payments inserted once per idempotency key
 (a re-delivered file inserts nothing; a replay that changes a payment is refused, naming
-the key, and changes nothing), sessions built from the demo's visits, and a write-once
-snapshot of the device catalog behind its proxy. Each table is compared with what it
-must hold, worked out here in plain Python."""
+the key, and changes nothing), launched here; then what declarative automation built
+without being asked: sessions from the demo's visits, and a write-once snapshot of the
+device catalog behind its proxy. Each table is compared with what it must hold, worked
+out here in plain Python."""
 
 from __future__ import annotations
 
@@ -19,14 +20,14 @@ import dagster as dg
 from assets.database.payments_source import day_folder
 from assets.immutable.proxy import current_snapshot, manifest_entries
 from assets.updates.change_files import CATALOG_COLUMNS
+from demo.dagster_dev import Dagster, Launched
 from demo.dates import DemoDates
 from demo.report import checksum
 from demo.runs import run_job
 from resources.lakehouse.predicates import is_in
+from sensors.automation import AUTOMATION_SENSOR
 
 ACCOUNTS = [f"acct-{i:02d}" for i in range(12)]
-SESSION_DAYS = 7
-"""The last week of the demo's visits gets sessions (one run per day)."""
 
 
 def _payments(day: dt.date, rng: random.Random) -> list[dict]:
@@ -139,57 +140,49 @@ def expected_sessions(visits: list[dict], gap: dt.timedelta) -> set[tuple]:
     return sessions
 
 
-def run_sessions(defs, resources, instance, visit_days: list[dt.date]) -> dict[str, str]:
+def run_sessions(dagster: Dagster, resources, visit_days: list[dt.date], since: float) -> dict:
     lakehouse = resources["lakehouse"]
-    window = visit_days[-SESSION_DAYS:]
-    days = [d.isoformat() for d in window]
-    # The days as one backfill: one run that builds them oldest first.
-    run_job(
-        defs,
-        "user_sessions_job",
-        days,
-        resources=resources,
-        instance=instance,
-        tags={"demo/stage": "sessions"},
+    print(
+        f"7. Sessions: the {AUTOMATION_SENSOR} sensor builds user_sessions after visits_daily "
+        "changes (its condition: the asset's Automation tab) ..."
     )
+    launched = dagster.automated("user_sessions", "visits_daily", since)
+    show_automated(launched, "user_sessions")
     gap = dt.timedelta(minutes=resources["session_settings"].gap_minutes)
     visits = lakehouse.read_arrow("visits_daily", columns=["user_id", "event_time"]).to_pylist()
-
-    def inside(start: dt.datetime, end: dt.datetime) -> bool:
-        # Sessions that start and end within the window: at its edges a session may
-        # reach into days not built here.
-        return window[0] <= start.date() and end.date() <= window[-1]
-
-    want = {s for s in expected_sessions(visits, gap) if inside(s[1], s[2])}
+    want = expected_sessions(visits, gap)
     stored = lakehouse.read_arrow("user_sessions").to_pylist()
-    got = {_session_row(s) for s in stored if inside(s["session_start"], s["session_end"])}
+    got = {_session_row(s) for s in stored}
+    same = got == want
     # Session ids hash when visits were first seen: equal across reruns of one history,
     # not across fresh deployments, so the checksum leaves them out.
-    content = {_session_row(s) for s in stored}
-    same = got == want
     print(
-        f"7. Sessions: user_sessions for {days[0]} .. {days[-1]}, one backfill run: "
-        f"{len(stored)} sessions; equal to sessions cut from visits_daily here "
-        f"({gap.seconds // 60}-minute gap): {'yes' if same else 'NO'}; content checksum "
-        f"{checksum(content)}\n"
+        f"   user_sessions for {visit_days[0]} .. {visit_days[-1]}: {len(stored)} sessions; "
+        f"equal to sessions cut from visits_daily here ({gap.seconds // 60}-minute gap): "
+        f"{'yes' if same else 'NO'}; content checksum {checksum(got)}\n"
     )
-    return {"user_sessions": checksum(content) if same else "MISMATCH"}
+    return {"user_sessions": checksum(got) if same else "MISMATCH"}
+
+
+def show_automated(launched: list[Launched], asset: str) -> None:
+    if not launched:
+        print(f"   {asset} was up to date already: automation launched nothing.")
+        return
+    print(f"   Automation launched {len(launched)} run(s) of {asset}:")
+    for run in launched:
+        backfill = run.tags.get("dagster/backfill")
+        how = f"one run of backfill {backfill}" if backfill else "a run"
+        print(f"   {run.partition_key or '(unpartitioned)':<23} {how}")
 
 
 def _session_row(session: dict) -> tuple:
     return (session["user_id"], session["session_start"], session["session_end"], session["visits"])
 
 
-def run_snapshot(defs, resources, instance) -> dict[str, str]:
+def run_snapshot(dagster: Dagster, resources, since: float) -> dict[str, str]:
     lakehouse = resources["lakehouse"]
-    run_job(
-        defs,
-        "device_snapshot_job",
-        [],
-        resources=resources,
-        instance=instance,
-        tags={"demo/stage": "snapshot"},
-    )
+    print("8. Snapshot: automation takes a device_snapshot after device_catalog changes ...")
+    show_automated(dagster.automated("device_snapshot", "device_catalog", since), "device_snapshot")
     current = current_snapshot(manifest_entries(lakehouse))
     snapshot, catalog = (
         {tuple(r[c] for c in CATALOG_COLUMNS) for r in lakehouse.read_arrow(table).to_pylist()}
@@ -197,7 +190,7 @@ def run_snapshot(defs, resources, instance) -> dict[str, str]:
     )
     same = snapshot == catalog
     print(
-        f"8. Snapshot: {current.snapshot} (write-once, behind device_snapshot_manifest): "
+        f"   {current.snapshot} (write-once, behind device_snapshot_manifest): "
         f"{len(snapshot)} rows, equal to device_catalog: {'yes' if same else 'NO'}; content "
         f"checksum {checksum(snapshot)}\n"
     )
@@ -205,12 +198,17 @@ def run_snapshot(defs, resources, instance) -> dict[str, str]:
 
 
 def run(
-    defs: dg.Definitions, resources: dict, instance: dg.DagsterInstance, dates: DemoDates
+    defs: dg.Definitions,
+    resources: dict,
+    dagster: Dagster,
+    dates: DemoDates,
+    since: float,
 ) -> dict[str, str]:
     """Prints its part of the report; returns each table's content checksum (or
-    "MISMATCH")."""
+    "MISMATCH"). Payments are launched here; sessions and the snapshot are automation's
+    work since `since` (the demo's start), which this part waits for."""
     return {
-        **run_payments(defs, resources, instance, dates.payment_days),
-        **run_sessions(defs, resources, instance, dates.visit_days),
-        **run_snapshot(defs, resources, instance),
+        **run_payments(defs, resources, dagster.instance, dates.payment_days),
+        **run_sessions(dagster, resources, dates.visit_days, since),
+        **run_snapshot(dagster, resources, since),
     }

@@ -27,6 +27,7 @@ from assets.external import external_specs
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.object_store import is_object_store, storage_from_environment
 from sensors import sensors
+from sensors.automation import automation_sensor
 from sensors.cadence import DEFAULT_INTERVAL_SECONDS, every
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -99,6 +100,7 @@ def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
             *warehouse.assets,
         ]
     )
+    interval = int(env.get("SENSOR_INTERVAL_SECONDS", DEFAULT_INTERVAL_SECONDS))
     return dg.Definitions(
         assets=[*assets, *external_specs(assets)],
         jobs=[
@@ -110,9 +112,9 @@ def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
             *telemetry.jobs,
             *warehouse.jobs,
         ],
-        # The file sensors' tick interval (SENSOR_INTERVAL_SECONDS, default 30): the
-        # demo's code location ticks every few seconds.
-        sensors=every(int(env.get("SENSOR_INTERVAL_SECONDS", DEFAULT_INTERVAL_SECONDS)), sensors),
+        # The file and automation sensors' tick interval (SENSOR_INTERVAL_SECONDS, default
+        # 30): the demo's code location ticks every few seconds.
+        sensors=[*every(interval, sensors), automation_sensor(interval)],
         schedules=telemetry.schedules,
         resources=build_resources(env),
         # One process per run: every step shares the run's one Spark session (the default

@@ -52,6 +52,8 @@ def environment(tmp_path_factory) -> dict[str, str]:
         "LAKEHOUSE_ROOT": str(work / "lakehouse"),
         "LANDING_ROOT": str(landing),
         "SPARK_MASTER": "local[1]",
+        # The automation sensor's first tick comes within seconds (see the last test).
+        "SENSOR_INTERVAL_SECONDS": "5",
     }
     done = subprocess.run(
         [sys.executable, "-m", "dagster", "asset", "materialize", "-f", "platform/definitions.py"]
@@ -196,3 +198,24 @@ def test_the_sensor_shows_its_ticks_and_a_compact_cursor(page, dagster_dev):
     )
     assert "Materializes new days and weeks of visits" in text
     assert '{"state_version":' in text
+
+
+def test_the_automation_tab_shows_each_evaluation_and_the_condition_behind_it(page, dagster_dev):
+    """The three days of visits were backfilled before `dagster dev` started, so the
+    automation sensor's first tick asks for their sessions (never built, upstream there);
+    user_sessions' Automation tab lists that evaluation, and opening it shows the
+    condition's tree, each part with what it was true for."""
+    visit(
+        page,
+        f"{dagster_dev}/assets/user_sessions?view=automation",
+        "automation-evaluations",
+        "3 requested",
+    )
+    row = page.locator("tr").filter(has_text="3 requested").first
+    row.get_by_text(re.compile(r"\d{1,2}:\d\d:\d\d")).first.click()
+    page.get_by_text("never built, upstream there").first.wait_for()
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(SHOTS / "automation-evaluation.png"))
+    text = page.inner_text("body")
+    for part in ("after upstream", "upstream changed since last requested", "in_progress"):
+        assert part in text, part

@@ -6,6 +6,7 @@ import datetime as dt
 import dagster as dg
 from pydantic import Field
 
+from assets.automation import after_upstream
 from assets.catalog import RESTORE_PROXY, declared
 from assets.immutable.proxy import (
     SNAPSHOT_MANIFEST,
@@ -67,6 +68,8 @@ def _serving(entries: list[SnapshotEntry]) -> SnapshotEntry:
 
 @dg.asset(
     deps=[device_catalog],
+    # A snapshot of the catalog as it is: any day of it changing is reason enough.
+    automation_condition=after_upstream(every_upstream_partition=False),
     group_name="immutable",
     kinds={"spark", "delta"},
     **declared("proxy", restore=RESTORE_PROXY, writes=["device_snapshot_manifest"]),

@@ -1,0 +1,206 @@
+"""Declarative automation: the derived assets ask for exactly the partitions whose upstream
+changed, whatever their age, once each, and the platform's sensor evaluates them in the
+daemon from the start. Evaluated by Dagster's own evaluator against a real instance, the
+upstream materializations reported to it as runs would."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import dagster as dg
+import pytest
+from support import platform_module
+
+from assets.automation import after_upstream
+from sensors.automation import AUTOMATION_SENSOR
+
+USER_SESSIONS = dg.AssetKey("user_sessions")
+DEVICE_SNAPSHOT = dg.AssetKey("device_snapshot")
+DERIVED = dg.AssetSelection.assets(USER_SESSIONS, DEVICE_SNAPSHOT)
+
+
+@pytest.fixture(scope="module")
+def defs(tmp_path_factory) -> dg.Definitions:
+    root = tmp_path_factory.mktemp("automation")
+    return platform_module("definitions").build_definitions({"LAKEHOUSE_ROOT": str(root)})
+
+
+class Automation:
+    """Successive ticks of the automation sensor over one instance."""
+
+    def __init__(
+        self,
+        defs: dg.Definitions,
+        instance: dg.DagsterInstance,
+        selection: dg.AssetSelection = DERIVED,
+    ):
+        self.defs, self.instance, self.selection, self.cursor = defs, instance, selection, None
+
+    def tick(self) -> dg.EvaluateAutomationConditionsResult:
+        result = dg.evaluate_automation_conditions(
+            defs=self.defs,
+            instance=self.instance,
+            asset_selection=self.selection,
+            cursor=self.cursor,
+        )
+        self.cursor = result.cursor
+        return result
+
+    def materialized(self, asset: str, *partitions: str) -> None:
+        for partition in partitions or (None,):
+            self.instance.report_runless_asset_event(
+                dg.AssetMaterialization(asset, partition=partition)
+            )
+
+
+@pytest.fixture
+def automation(defs):
+    with dg.instance_for_test() as instance:
+        yield Automation(defs, instance)
+
+
+def test_sessions_follow_the_days_of_visits_that_changed_whatever_their_age(automation):
+    # Nothing materialized yet: nothing to do (no day of the calendar is asked for).
+    assert automation.tick().total_requested == 0
+
+    automation.materialized("visits_daily", "2024-03-04", "2024-03-05", "2024-03-07")
+    result = automation.tick()
+    assert result.get_requested_partitions(USER_SESSIONS) == {
+        "2024-03-04",
+        "2024-03-05",
+        "2024-03-07",
+    }
+    # Asked for once: the next tick, with nothing new, asks for nothing.
+    assert automation.tick().total_requested == 0
+
+    # A late file rewrites one old day: that day alone, though newer days exist
+    # (Dagster's eager() would look at the latest day only).
+    automation.materialized("visits_daily", "2024-01-02")
+    assert automation.tick().get_requested_partitions(USER_SESSIONS) == {"2024-01-02"}
+
+
+def test_days_of_visits_built_before_automation_watched_get_their_sessions_once(automation):
+    """Automation turned on over a lakehouse that holds visits (or its sensor started
+    after their runs): the first tick builds the sessions they lack, and only those."""
+    automation.materialized("visits_daily", "2024-03-04", "2024-03-05", "2024-03-06")
+    automation.materialized("user_sessions", "2024-03-05")
+    assert automation.tick().get_requested_partitions(USER_SESSIONS) == {
+        "2024-03-04",
+        "2024-03-06",
+    }
+    # Asked for once: a build that failed leaves them missing, and no tick asks again.
+    assert automation.tick().total_requested == 0
+
+
+def test_the_snapshot_follows_any_day_of_the_catalog_though_most_days_never_came(automation):
+    automation.tick()
+    automation.materialized("device_catalog", "2024-03-04", "2024-03-05")
+    result = automation.tick()
+    assert result.get_num_requested(DEVICE_SNAPSHOT) == 1
+    assert result.get_requested_partitions(USER_SESSIONS) == set()
+    assert automation.tick().total_requested == 0
+    automation.materialized("device_snapshot")
+    automation.materialized("device_catalog", "2024-03-04")
+    assert automation.tick().get_num_requested(DEVICE_SNAPSHOT) == 1
+
+
+def test_one_sensor_evaluates_the_conditions_from_the_start(defs):
+    """(It ticks as often as the file sensors: tests/test_definitions.py.)"""
+    sensor = {s.name: s for s in defs.sensors}[AUTOMATION_SENSOR]
+    assert isinstance(sensor, dg.AutomationConditionSensorDefinition)
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    graph = defs.resolve_asset_graph()
+    automated = {
+        key.to_user_string()
+        for key in graph.materializable_asset_keys
+        if graph.get(key).automation_condition is not None
+    }
+    assert automated == {"user_sessions", "device_snapshot"}
+    # Its label, as the UI's Automation tab shows it.
+    assert graph.get(USER_SESSIONS).automation_condition.get_label() == "after upstream"
+
+
+# The condition's timing, on two stand-in assets whose runs the test holds open: a run of
+# the platform's assets cannot be paused at will, and the condition is the same object.
+DAYS = dg.DailyPartitionsDefinition(start_date="2024-01-01")
+DAY = "2024-03-04"
+HELD: dict[str, threading.Event] = {}
+
+
+def _held(context: dg.AssetExecutionContext) -> None:
+    """Runs until the test lets it finish, if the test holds it."""
+    running, release = HELD.get(context.asset_key.to_user_string(), (None, None))
+    if running is not None:
+        running.set()
+        assert release.wait(60), "the test never let the run finish"
+
+
+@dg.asset(partitions_def=DAYS)
+def upstream(context) -> None:
+    _held(context)
+
+
+@dg.asset(partitions_def=DAYS, deps=[upstream], automation_condition=after_upstream())
+def downstream(context) -> None:
+    _held(context)
+
+
+@pytest.fixture
+def stand_ins() -> Iterator[Automation]:
+    with dg.instance_for_test() as instance:
+        automation = Automation(
+            dg.Definitions(assets=[upstream, downstream]),
+            instance,
+            dg.AssetSelection.assets(downstream),
+        )
+        automation.tick()
+        yield automation
+    HELD.clear()
+
+
+@contextmanager
+def running(automation: Automation, *assets: dg.AssetsDefinition) -> Iterator[None]:
+    """A real run of `assets` for DAY, in progress for the body of the block."""
+    held = assets[-1].key.to_user_string()
+    HELD[held] = started, release = threading.Event(), threading.Event()
+    run = threading.Thread(
+        target=dg.materialize,
+        args=(list(assets),),
+        kwargs={"instance": automation.instance, "partition_key": DAY},
+    )
+    run.start()
+    try:
+        assert started.wait(60), "the run did not start"
+        yield
+    finally:
+        release.set()
+        run.join()
+        del HELD[held]
+
+
+def test_the_downstream_waits_for_its_upstream_day_being_built(stand_ins):
+    with running(stand_ins, upstream):
+        assert stand_ins.tick().total_requested == 0
+    assert stand_ins.tick().get_requested_partitions(downstream.key) == {DAY}
+
+
+def test_a_change_while_the_downstream_day_is_built_gets_it_built_again(stand_ins):
+    """The late file that lands while its day's sessions are being built from the files
+    before it: eager() would forget it when that build ends."""
+    stand_ins.materialized("upstream", DAY)
+    assert stand_ins.tick().get_requested_partitions(downstream.key) == {DAY}
+    with running(stand_ins, downstream):
+        stand_ins.materialized("upstream", DAY)
+        assert stand_ins.tick().total_requested == 0
+    assert stand_ins.tick().get_requested_partitions(downstream.key) == {DAY}
+    assert stand_ins.tick().total_requested == 0
+
+
+def test_a_day_built_together_with_its_upstream_is_built_once_more(stand_ins):
+    """The price of never missing a change: after a backfill of both assets, automation
+    builds the downstream day once more (the runs are idempotent), then rests."""
+    assert dg.materialize([upstream, downstream], instance=stand_ins.instance, partition_key=DAY)
+    assert stand_ins.tick().get_requested_partitions(downstream.key) == {DAY}
+    assert stand_ins.tick().total_requested == 0
