@@ -495,9 +495,12 @@ def _ingest_range(
     group_name="database",
     kinds={"spark", "delta"},
     check_specs=[
+        # Blocking: a day that fails it is not committed, and nothing downstream may
+        # read the run's days as published.
         dg.AssetCheckSpec(
             NO_CONFLICTS,
             asset=PAYMENTS,
+            blocking=True,
             description="No idempotency key of the run's days was replayed with a different "
             "payment.",
         )
