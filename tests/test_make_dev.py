@@ -1,6 +1,7 @@
 """`make dev` (platform/dev.py) as a user runs it: the long-lived Spark and `dagster dev`
 come up together on 127.0.0.1, a run launched from the UI's GraphQL API attaches to the
-Spark (it boots no JVM of its own), and one Ctrl-C stops both, the Spark by its pid.
+Spark (it boots no JVM of its own), declarative automation builds what follows from it,
+and one Ctrl-C stops both, the Spark by its pid.
 
 Slow: a Spark Connect server, `dagster dev` and a run process, about a minute."""
 
@@ -49,6 +50,7 @@ def test_make_dev_serves_runs_from_the_long_lived_spark_and_ctrl_c_stops_both(
         DAGSTER_HOME=str(home),
         LAKEHOUSE_ROOT=str(tmp_path / "lakehouse"),
         LANDING_ROOT=landing.root,
+        SENSOR_INTERVAL_SECONDS="2",
     )
     log = (tmp_path / "make-dev.log").open("wb")
     dev = subprocess.Popen(
@@ -94,6 +96,21 @@ def test_make_dev_serves_runs_from_the_long_lived_spark_and_ctrl_c_stops_both(
         # Attached: no JVM of its own, so no "Spark JVM output" of a boot in its log.
         assert "Spark JVM output" not in logs
         assert "2024-03-04: read (days 1, refused 0, files 1, lines_read 3" in logs
+        # Nobody launches the day's sessions: declarative automation does, after the day
+        # of visits committed.
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            sessions = None
+            while sessions is None:
+                assert time.monotonic() < deadline + 480, "automation built no sessions"
+                time.sleep(1)
+                sessions = instance.get_latest_materialization_event(dg.AssetKey("user_sessions"))
+            assert sessions.asset_materialization.partition == "2024-03-04"
+            while not instance.get_run_by_id(sessions.run_id).is_finished:
+                assert time.monotonic() < deadline + 600, "the sessions run did not finish"
+                time.sleep(1)
+            built = instance.get_run_by_id(sessions.run_id)
+            assert built.tags["dagster/from_automation_condition"] == "true"
+            assert built.is_success
     finally:
         os.killpg(dev.pid, signal.SIGINT)
         dev.wait(timeout=120)
