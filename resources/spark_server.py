@@ -54,7 +54,8 @@ THRIFT_SERVER = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 METASTORE_URL_ENV = "LAKEHOUSE_METASTORE_URL"
 PREPARE_CATALOG = (
-    "import sys; from resources.catalog import Catalog; Catalog(*sys.argv[1:]).prepare()"
+    "import sys; from resources.catalog import Catalog; Catalog(*sys.argv[1:]).prepare(); "
+    "from resources.spark_warmup import warm_up; warm_up(sys.argv[2])"
 )
 START_TIMEOUT = 180.0
 REMOTE_ENV = "SPARK_REMOTE"
@@ -359,10 +360,10 @@ class SparkServer:
             raise
 
     def _prepare_catalog(self, server: ServerDescription) -> None:
-        """Its schema created (`Catalog.prepare`), in a process of its own: the caller
-        may hold a classic Spark session, and a process holds a Connect session or a
-        classic one, never both. A server that cannot is stopped, as one that does not
-        answer is."""
+        """Its schema created (`Catalog.prepare`) and its query paths warmed
+        (`spark_warmup.py`), in a process of its own: the caller may hold a classic Spark
+        session, and a process holds a Connect session or a classic one, never both. A
+        server whose schema cannot be created is stopped, as one that does not answer is."""
         done = subprocess.run(
             [sys.executable, "-c", PREPARE_CATALOG, server.catalog, server.remote],
             cwd=Path(__file__).resolve().parent.parent,
