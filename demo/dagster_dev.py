@@ -225,8 +225,9 @@ class Dagster:
         """Waits for declarative automation to bring `asset` up to date with `upstream`:
         until each partition of `asset` (the asset, if unpartitioned) has materialized
         since the last materialization of what it reads of `upstream` (the same day; any
-        day). Returns the runs automation launched for `asset` since `since` that
-        succeeded, in launch order; fails naming one that failed for good."""
+        day), and none of automation's runs of it is going. Returns the runs automation
+        launched for `asset` since `since` that succeeded, in launch order; fails naming
+        one that failed for good."""
         after = dt.datetime.fromtimestamp(since, dt.UTC)
         deadline = time.monotonic() + timeout
         while True:
@@ -244,7 +245,10 @@ class Dagster:
                 behind = [] if built[None] > max(changed.values(), default=0) else [asset]
             else:
                 behind = [day for day, id_ in changed.items() if built.get(day, 0) < id_]
-            if not behind:
+            # Up to date, and no build of it still going: a build asked for because the
+            # upstream changed while an earlier one ran must end before the tables are
+            # compared (the earlier one may have read the upstream before the change).
+            if not behind and not any(run.going for run in runs):
                 return self.succeeded(runs)
             if any(not run.ok and not run.going for run in runs):
                 self.succeeded(runs)  # raises if one failed for good
