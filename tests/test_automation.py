@@ -126,7 +126,7 @@ def test_one_sensor_evaluates_the_conditions_from_the_start(defs):
 # the platform's assets cannot be paused at will, and the condition is the same object.
 DAYS = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 DAY = "2024-03-04"
-HELD: dict[str, threading.Event] = {}
+HELD: dict[str, tuple[threading.Event, threading.Event]] = {}
 
 
 def _held(context: dg.AssetExecutionContext) -> None:
