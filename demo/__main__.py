@@ -1,6 +1,7 @@
 """The main job: land visit files on the landing zone of the Dagster instance under
-DAGSTER_HOME and let the daemon's sensor find the new days and weeks and launch their
-runs; deliver late files and let it re-run only the dirty partitions; then the same for
+DAGSTER_HOME and let the daemon's sensor find the new days and launch their runs, and
+declarative automation build their weeks; deliver late files and let them re-run only
+the dirty days and weeks; then the same for
 telemetry report files (demo/telemetry.py), devices change files (demo/updates.py), the
 database-like sources (demo/database.py), the warehouse (demo/warehouse.py), and last
 the tables by name over JDBC (demo/catalog.py). The
@@ -21,22 +22,31 @@ from pathlib import Path
 
 import dagster as dg
 
+from assets.overwriting import weekly_partitions
 from assets.overwriting.calendar import week_start
 from assets.overwriting.data_overwrite import VISITS_DAILY
 from assets.overwriting.exposition import read_visits
+from assets.partition_range import existing_keys
 from demo import catalog, database, telemetry, updates, warehouse
 from demo.dagster_dev import Dagster, DemoError, attach_or_start
 from demo.dates import CHECKSUMS_FILE, START_FILE, DemoDates, demo_dates
 from demo.generate import write_initial_files, write_late_files
-from demo.report import checksum, compare_with_previous
+from demo.report import checksum, compare_with_previous, show_automated
 from demo.runs import materializations
 from resources.jvm_output import stderr_to
 from resources.spark_server import long_lived_spark, server_state
 from sensors import visits_late_files
+from sensors.automation import AUTOMATION_SENSOR
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEMO_SENSOR_INTERVAL_SECONDS = 5
-JOB_ASSETS = {"visits_daily_job": "visits_daily", "visits_weekly_job": "visits_weekly"}
+
+
+def week_of(day: str) -> str | None:
+    """The week of visits_weekly a day of visits_daily belongs to (None: the week is not
+    over, so not a partition yet)."""
+    key = week_start(dt.date.fromisoformat(day)).isoformat()
+    return key if existing_keys(weekly_partitions)(key) else None
 
 
 def load_definitions() -> dg.Definitions:
@@ -117,7 +127,16 @@ def run_demo(
     print(f"   It launched {len(launched)} run(s) in {time.time() - since:.0f} s:")
     for run in launched:
         print(f"   {run.job_name:<18} {run.partition_key:<22} {run.tags['visits/trigger']}")
-    print("   (adjacent days, and weeks, go in one range run); its next tick asked for nothing.\n")
+    print("   (adjacent days go in one range run); its next tick asked for nothing.")
+    print(
+        f"   The {AUTOMATION_SENSOR} sensor builds visits_weekly after visits_daily changes "
+        "(its condition: the asset's Automation tab) ..."
+    )
+    show_automated(
+        dagster.automated("visits_weekly", VISITS_DAILY, since, partition_of=week_of),
+        "visits_weekly",
+    )
+    print()
 
     since = time.time()
     late = write_late_files(landing_root, days)
@@ -126,17 +145,23 @@ def run_demo(
     )
     print("   (plus one unchanged file re-notified)")
     launched = dagster.settle(sensor, since)
-    print(f"   The sensor launched {len(launched)} run(s):\n")
+    rebuilt = dagster.automated("visits_weekly", VISITS_DAILY, since, partition_of=week_of)
+    print(
+        f"   The sensor launched {len(launched)} run(s) of visits_daily; automation then "
+        f"launched {len(rebuilt)} of visits_weekly for their weeks:\n"
+    )
     print(f"   {'asset':<14} {'partition':<11} {'rows':>6} {'delta v':>7}  why")
-    for run in launched:
-        asset = JOB_ASSETS[run.job_name]
-        for partition, metadata in materializations(instance, asset, run.run_id):
-            # A day whose input is already committed is skipped (Transactional Writer).
-            version = metadata["delta_version"].value if "delta_version" in metadata else "skip"
-            print(
-                f"   {asset:<14} {partition:<11} {metadata['rows_inserted'].value:>6} "
-                f"{version:>7}  changed: {run.tags['visits/changed_files']}"
-            )
+    for asset, runs in (("visits_daily", launched), ("visits_weekly", rebuilt)):
+        for run in runs:
+            why = run.tags.get("visits/changed_files")
+            for partition, metadata in materializations(instance, asset, run.run_id):
+                # A day whose input is already committed is skipped (Transactional Writer).
+                version = metadata.get("delta_version")
+                print(
+                    f"   {asset:<14} {partition:<11} {metadata['rows_inserted'].value:>6} "
+                    f"{version.value if version else 'skip':>7}  "
+                    + (f"changed: {why}" if why else "its days changed")
+                )
     print("\n   The sensor's next tick asked for nothing.\n")
 
     spark = resources["spark"].session()

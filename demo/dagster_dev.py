@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,14 +220,22 @@ class Dagster:
             time.sleep(2)
 
     def automated(
-        self, asset: str, upstream: str, since: float, *, timeout: float = 900
+        self,
+        asset: str,
+        upstream: str,
+        since: float,
+        *,
+        partition_of: Callable[[str], str | None] = lambda key: key,
+        timeout: float = 900,
     ) -> list[Launched]:
         """Waits for declarative automation to bring `asset` up to date with `upstream`:
         until each partition of `asset` (the asset, if unpartitioned) has materialized
-        since the last materialization of what it reads of `upstream` (the same day; any
-        day), and none of automation's runs of it is going. Returns the runs automation
-        launched for `asset` since `since` that succeeded, in launch order; fails naming
-        one that failed for good."""
+        since the last materialization of what it reads of `upstream` (the partition
+        `partition_of` an upstream partition, by default the same key; None: one that
+        does not exist yet; any partition for an unpartitioned asset), and none of
+        automation's runs of it is going. Returns the runs automation launched for
+        `asset` since `since` that succeeded, in launch order; fails naming one that
+        failed for good."""
         after = dt.datetime.fromtimestamp(since, dt.UTC)
         deadline = time.monotonic() + timeout
         while True:
@@ -244,7 +252,11 @@ class Dagster:
             if None in built:
                 behind = [] if built[None] > max(changed.values(), default=0) else [asset]
             else:
-                behind = [day for day, id_ in changed.items() if built.get(day, 0) < id_]
+                needed: dict[str, int] = {}
+                for key, id_ in changed.items():
+                    if key is not None and (downstream := partition_of(key)) is not None:
+                        needed[downstream] = max(needed.get(downstream, 0), id_)
+                behind = [key for key, id_ in needed.items() if built.get(key, 0) < id_]
             # Up to date, and no build of it still going: a build asked for because the
             # upstream changed while an earlier one ran must end before the tables are
             # compared (the earlier one may have read the upstream before the change).

@@ -18,7 +18,8 @@ from sensors.automation import AUTOMATION_SENSOR
 
 USER_SESSIONS = dg.AssetKey("user_sessions")
 DEVICE_SNAPSHOT = dg.AssetKey("device_snapshot")
-DERIVED = dg.AssetSelection.assets(USER_SESSIONS, DEVICE_SNAPSHOT)
+VISITS_WEEKLY = dg.AssetKey("visits_weekly")
+DERIVED = dg.AssetSelection.assets(USER_SESSIONS, DEVICE_SNAPSHOT, VISITS_WEEKLY)
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +95,20 @@ def test_days_of_visits_built_before_automation_watched_get_their_sessions_once(
     assert automation.tick().total_requested == 0
 
 
+def test_weeks_follow_their_days_and_a_week_needs_only_some_of_them(automation):
+    # Monday and Wednesday of one week, Tuesday of the next: each week is asked for
+    # once, though most of its days never came (a day without visits has no files).
+    automation.materialized("visits_daily", "2024-03-04", "2024-03-06", "2024-03-12")
+    assert automation.tick().get_requested_partitions(VISITS_WEEKLY) == {
+        "2024-03-04",
+        "2024-03-11",
+    }
+    assert automation.tick().total_requested == 0
+    # A late file on a Sunday: its week (Monday to Sunday) alone.
+    automation.materialized("visits_daily", "2024-03-10")
+    assert automation.tick().get_requested_partitions(VISITS_WEEKLY) == {"2024-03-04"}
+
+
 def test_the_snapshot_follows_any_day_of_the_catalog_though_most_days_never_came(automation):
     automation.tick()
     automation.materialized("device_catalog", "2024-03-04", "2024-03-05")
@@ -117,7 +132,7 @@ def test_one_sensor_evaluates_the_conditions_from_the_start(defs):
         for key in graph.materializable_asset_keys
         if graph.get(key).automation_condition is not None
     }
-    assert automated == {"user_sessions", "device_snapshot"}
+    assert automated == {"user_sessions", "device_snapshot", "visits_weekly"}
     # Its label, as the UI's Automation tab shows it.
     assert graph.get(USER_SESSIONS).automation_condition.get_label() == "after upstream"
 

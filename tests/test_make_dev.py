@@ -96,21 +96,22 @@ def test_make_dev_serves_runs_from_the_long_lived_spark_and_ctrl_c_stops_both(
         # Attached: no JVM of its own, so no "Spark JVM output" of a boot in its log.
         assert "Spark JVM output" not in logs
         assert "2024-03-04: read (days 1, refused 0, files 1, lines_read 3" in logs
-        # Nobody launches the day's sessions: declarative automation does, after the day
-        # of visits committed.
+        # Nobody launches the day's sessions or its week: declarative automation does,
+        # after the day of visits committed.
         with dg.DagsterInstance.from_config(str(home)) as instance:
-            sessions = None
-            while sessions is None:
-                assert time.monotonic() < deadline + 480, "automation built no sessions"
-                time.sleep(1)
-                sessions = instance.get_latest_materialization_event(dg.AssetKey("user_sessions"))
-            assert sessions.asset_materialization.partition == "2024-03-04"
-            while not instance.get_run_by_id(sessions.run_id).is_finished:
-                assert time.monotonic() < deadline + 600, "the sessions run did not finish"
-                time.sleep(1)
-            built = instance.get_run_by_id(sessions.run_id)
-            assert built.tags["dagster/from_automation_condition"] == "true"
-            assert built.is_success
+            for asset in ("user_sessions", "visits_weekly"):
+                built = None
+                while built is None:
+                    assert time.monotonic() < deadline + 480, f"automation built no {asset}"
+                    time.sleep(1)
+                    built = instance.get_latest_materialization_event(dg.AssetKey(asset))
+                assert built.asset_materialization.partition == "2024-03-04", asset
+                while not instance.get_run_by_id(built.run_id).is_finished:
+                    assert time.monotonic() < deadline + 600, f"the {asset} run did not finish"
+                    time.sleep(1)
+                run = instance.get_run_by_id(built.run_id)
+                assert run.tags["dagster/from_automation_condition"] == "true", asset
+                assert run.is_success, asset
     finally:
         os.killpg(dev.pid, signal.SIGINT)
         dev.wait(timeout=120)

@@ -196,7 +196,7 @@ def test_the_sensor_shows_its_ticks_and_a_compact_cursor(page, dagster_dev):
         "sensor-ticks",
         "requested",
     )
-    assert "Materializes new days and weeks of visits" in text
+    assert "Materializes new days of visits" in text
     assert '{"state_version":' in text
 
 

@@ -1,5 +1,5 @@
-"""Overwriting patterns: Fast Metadata Cleaner (`visits_weekly`) and Data Overwrite
-(`visits_daily`), over the same visits source."""
+"""Overwriting patterns: Data Overwrite (`visits_daily`, from the visits files) and Fast
+Metadata Cleaner (`visits_weekly`, from visits_daily's days)."""
 
 import dagster as dg
 
@@ -12,14 +12,9 @@ visits_daily_job = dg.define_asset_job(
     selection=[visits_daily],
     description="Materialize days of visits_daily (a range is one run, one commit per day).",
 )
-visits_weekly_job = dg.define_asset_job(
-    "visits_weekly_job",
-    selection=[visits_weekly],
-    description="Materialize weeks of visits_weekly (a range is one run, one table per week).",
-)
 
 assets = [visits_weekly, visits_daily]
-jobs = [visits_daily_job, visits_weekly_job, freeze_visits_weeks]
+jobs = [visits_daily_job, freeze_visits_weeks]
 
 __all__ = [
     "assets",
@@ -29,6 +24,5 @@ __all__ = [
     "visits_daily",
     "visits_daily_job",
     "visits_weekly",
-    "visits_weekly_job",
     "weekly_partitions",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, SparkSession, Window
 from pyspark.sql import functions as F
@@ -77,18 +77,6 @@ class ParsedVisits:
         return {"lines_read": self.lines_read, "duplicates_dropped": self.duplicates_dropped}
 
 
-def parse_landed_visits(
-    spark: SparkSession, landing: LandingZone, lakehouse: Lakehouse, days: Sequence[dt.date]
-) -> ParsedVisits:
-    """Parse every visits file of `days` (see `parse_visits`)."""
-    files = [
-        stat
-        for day in days
-        for stat in landing.list(day_folder(day), suffix=".jsonl", recursive=False)
-    ]
-    return parse_visits(spark, landing, lakehouse, files)
-
-
 def _misplaced(files: Sequence[FileStat]) -> list[Problem]:
     return [
         Problem(stat.path, None, "not under a visits/date=YYYY-MM-DD/ folder")
@@ -136,18 +124,15 @@ def parse_visits(
     landing: LandingZone,
     lakehouse: Lakehouse,
     files: Sequence[FileStat],
-    *,
-    unique_per: Literal["files", "day"] = "files",
 ) -> ParsedVisits:
     """Parse and validate landed visit files; raises SourceDataError naming every bad
     file and line it found (up to a limit) before anything can be written. The lines are
     read once, for two actions whatever the number of days: the files' facts, then the
     visits staged in the engine's form.
 
-    A visit delivered twice (a duplicated file, a re-sent line) is kept once: the copy
-    from the first file and line in path order, so the choice never depends on timing.
-    `unique_per="day"` keeps a visit once per event day instead of once among all the
-    files: what parsing each day on its own would keep.
+    A visit delivered twice (a duplicated file, a re-sent line) is kept once per event
+    day: the copy from the first file and line in path order, so the choice never depends
+    on timing, and each day keeps what parsing it on its own would keep.
     """
     problems = _misplaced(files) or empty_files(files)
     if problems:
@@ -170,8 +155,9 @@ def parse_visits(
     )
     try:
         facts = checked_facts("visits", parsed, F.col("problem"), files)
-        key = ["event_date", "visit_id"] if unique_per == "day" else ["visit_id"]
-        first_copy = Window.partitionBy(*key).orderBy("source_file", "source_line")
+        first_copy = Window.partitionBy("event_date", "visit_id").orderBy(
+            "source_file", "source_line"
+        )
         visits = (
             parsed.select(
                 F.col("record.visit_id").alias("visit_id"),
@@ -235,7 +221,7 @@ def parse_visit_days(
         remaining = [day for day in days if day not in refused]
         listed = [stat for day in remaining for stat in files[day]]
         try:
-            parsed = parse_visits(spark, landing, lakehouse, listed, unique_per="day")
+            parsed = parse_visits(spark, landing, lakehouse, listed)
             break
         except SourceDataError as error:
             by_day: dict[dt.date, list[Problem]] = {}

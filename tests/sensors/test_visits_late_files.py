@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 from support import day_of_visits, partition_range, sensor_resources, visit
 
-from assets.overwriting import visits_daily, visits_weekly
+from assets.overwriting import visits_daily
 from sensors import file_state, visits_late_files
 
 # The sensor reads the landing zone, the instance and its control table without Spark; the
@@ -49,9 +49,6 @@ def materialized(resources, instance, write_visits):
         dg.materialize(
             [visits_daily], partition_key=day.isoformat(), resources=resources, instance=instance
         )
-    dg.materialize(
-        [visits_weekly], partition_key=MONDAY.isoformat(), resources=resources, instance=instance
-    )
 
 
 def test_the_sensor_needs_no_spark():
@@ -70,14 +67,12 @@ def test_unchanged_and_renotified_files_launch_nothing(instance, landing, materi
     assert again.run_requests == []
 
 
-def test_a_late_file_requests_only_its_day_and_week(instance, landing, write_visits, materialized):
+def test_a_late_file_requests_only_its_day(instance, landing, write_visits, materialized):
+    """(Its week follows by declarative automation: tests/test_automation.py.)"""
     cursor = tick(instance, landing).cursor
     write_visits(DAYS[1], "late.jsonl", [visit("late", dt.datetime(2024, 4, 2, 7, tzinfo=dt.UTC))])
     result = tick(instance, landing, cursor)
-    assert requested(result) == [
-        ("visits_daily_job", "2024-04-02"),
-        ("visits_weekly_job", "2024-04-01"),
-    ]
+    assert requested(result) == [("visits_daily_job", "2024-04-02")]
     for request in result.run_requests:
         assert request.tags["visits/trigger"] == "late-file"
         assert request.tags["visits/changed_files"] == "visits/date=2024-04-02/late.jsonl"
@@ -95,27 +90,18 @@ def test_materializing_what_was_asked_settles_the_sensor(
     cursor = tick(instance, landing).cursor
     write_visits(DAYS[2], "part.jsonl", day_of_visits(DAYS[2], 5))  # rewritten with a new row
     result = tick(instance, landing, cursor)
-    assert requested(result) == [
-        ("visits_daily_job", "2024-04-03"),
-        ("visits_weekly_job", "2024-04-01"),
-    ]
+    assert requested(result) == [("visits_daily_job", "2024-04-03")]
     dg.materialize(
         [visits_daily], partition_key="2024-04-03", resources=resources, instance=instance
-    )
-    dg.materialize(
-        [visits_weekly], partition_key="2024-04-01", resources=resources, instance=instance
     )
     # Even with the cursor lost, every file's content matches what was last materialized.
     assert tick(instance, landing).run_requests == []
 
 
-def test_a_removed_file_dirties_its_partitions(instance, landing, materialized):
+def test_a_removed_file_dirties_its_day(instance, landing, materialized):
     cursor = tick(instance, landing).cursor
     os.remove(os.path.join(landing.root, "visits", "date=2024-04-01", "part.jsonl"))
-    assert requested(tick(instance, landing, cursor)) == [
-        ("visits_daily_job", "2024-04-01"),
-        ("visits_weekly_job", "2024-04-01"),
-    ]
+    assert requested(tick(instance, landing, cursor)) == [("visits_daily_job", "2024-04-01")]
 
 
 def test_a_day_never_materialized_is_requested_once_its_partition_exists(
@@ -130,10 +116,7 @@ def test_a_day_never_materialized_is_requested_once_its_partition_exists(
     write_visits(today, "today.jsonl", day_of_visits(today, 1))
     result = tick(instance, landing, cursor)
     # Today is no partition yet (daily partitions end with yesterday): it waits.
-    assert requested(result) == [
-        ("visits_daily_job", "2024-05-01"),
-        ("visits_weekly_job", "2024-04-29"),
-    ]
+    assert requested(result) == [("visits_daily_job", "2024-05-01")]
     assert {r.tags["visits/trigger"] for r in result.run_requests} == {"new-partition"}
     remembered = file_state.load(
         sensor_resources(landing)["lakehouse"], visits_late_files.name, result.cursor
@@ -150,8 +133,8 @@ def test_a_day_never_materialized_is_requested_once_its_partition_exists(
 def test_adjacent_days_are_one_range_run_and_the_rest_their_own(
     resources, instance, landing, write_visits, materialized
 ):
-    """A month of new files must not launch a JVM per day: adjacent new days (and weeks)
-    are one run over their range; a day apart from them, or a late file of a materialized
+    """A month of new files must not launch a JVM per day: adjacent new days are one run
+    over their range; a day apart from them, or a late file of a materialized
     day, is a run of its own."""
     cursor = tick(instance, landing).cursor
     may = [dt.date(2024, 5, 1) + dt.timedelta(days=i) for i in range(10)]
@@ -163,9 +146,6 @@ def test_adjacent_days_are_one_range_run_and_the_rest_their_own(
         ("visits_daily_job", "2024-04-02"),
         ("visits_daily_job", "2024-05-01..2024-05-10"),
         ("visits_daily_job", "2024-05-20"),
-        ("visits_weekly_job", "2024-04-01"),
-        ("visits_weekly_job", "2024-04-29..2024-05-06"),
-        ("visits_weekly_job", "2024-05-20"),
     ]
     triggers = {
         (r.job_name, r.tags.get("dagster/asset_partition_range_start", r.partition_key)): r.tags[

@@ -1,5 +1,5 @@
-"""visits_weekly: one Delta table per week, replaced whole; the visits exposition;
-freezing old weeks into yearly tables."""
+"""visits_weekly: one Delta table per week built from visits_daily's days, replaced whole;
+the visits exposition; freezing old weeks into yearly tables."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import dagster as dg
 import pytest
 from support import day_of_visits, partition_range, visit
 
-from assets.overwriting import freeze_visits_weeks, visits_weekly
+from assets.overwriting import freeze_visits_weeks, visits_daily, visits_weekly
+from assets.overwriting.data_overwrite import VISITS_DAILY
 from assets.overwriting.exposition import (
     VISITS_MANIFEST,
     active_tables,
@@ -25,7 +26,14 @@ from assets.overwriting.exposition import (
 WEEKS = [dt.date(2024, 12, 16) + dt.timedelta(weeks=i) for i in range(5)]
 
 
+def build_days(resources, first: dt.date, last: dt.date) -> None:
+    """visits_daily's days `first` to `last`, in one range run."""
+    dg.materialize([visits_daily], resources=resources, tags=partition_range(first, last))
+
+
 def materialize(resources, monday: dt.date, **kwargs) -> dg.ExecuteInProcessResult:
+    """The week's days of visits_daily, then the week."""
+    build_days(resources, monday, monday + dt.timedelta(days=6))
     return dg.materialize(
         [visits_weekly], partition_key=monday.isoformat(), resources=resources, **kwargs
     )
@@ -57,10 +65,53 @@ def test_week_spanning_new_year_reads_its_seven_days(resources, lakehouse, spark
     assert count.n == 14
 
 
+def test_a_week_holds_exactly_its_days_of_visits_daily(resources, lakehouse, spark, write_visits):
+    write_weeks(write_visits, WEEKS[1:3], per_day=2)
+    result = materialize(resources, WEEKS[1])
+    daily = lakehouse.read_arrow(VISITS_DAILY).to_pylist()
+    in_week = sorted(
+        (r["visit_id"], r["event_date"], WEEKS[1], r["source_file"])
+        for r in daily
+        if r["event_date"] < WEEKS[2]
+    )
+    assert exposed(lakehouse, spark) == in_week
+    assert len(in_week) == 14
+    # It says which version of visits_daily it was read from, in Dagster and in Delta.
+    metadata = result.asset_materializations_for_node("visits_weekly")[0].metadata
+    assert metadata["visits_daily_version"].value == lakehouse.version(VISITS_DAILY)
+    [commit, *_] = lakehouse.history(weekly_table(WEEKS[1]))
+    assert commit.metadata["visits_daily_version"] == lakehouse.version(VISITS_DAILY)
+
+
+def test_a_week_with_no_day_in_visits_daily_fails_naming_it_and_the_others_land(
+    resources, lakehouse, spark, write_visits
+):
+    """A week is never built from nothing: an empty table in the exposition would look
+    like a week without visits."""
+    with pytest.raises(dg.Failure, match="visits_daily holds no day of 2024-12-16 .. 2024-12-22"):
+        dg.materialize([visits_weekly], partition_key=WEEKS[0].isoformat(), resources=resources)
+    write_weeks(write_visits, WEEKS[:1], per_day=1)
+    build_days(resources, WEEKS[0], WEEKS[0] + dt.timedelta(days=6))
+    result = dg.materialize(
+        [visits_weekly],
+        resources=resources,
+        tags=partition_range(WEEKS[0], WEEKS[1]),
+        raise_on_error=False,
+    )
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    message = failure.step_failure_data.error.message
+    assert "1 of 2 partitions failed (2024-12-23); 1 committed" in message
+    assert "visits_daily holds no day of 2024-12-23 .. 2024-12-29" in message
+    assert active_tables(manifest_entries(lakehouse)) == {WEEKS[0]: weekly_table(WEEKS[0])}
+    assert len(exposed(lakehouse, spark)) == 7
+
+
 def test_rerun_is_identical_and_backfill_leaves_other_weeks_at_their_version(
     resources, lakehouse, spark, write_visits
 ):
     write_weeks(write_visits)
+    build_days(resources, WEEKS[0], WEEKS[-1] + dt.timedelta(days=6))
     # The five weeks backfilled as one run: each week still has its own commit.
     backfill = dg.materialize(
         [visits_weekly], resources=resources, tags=partition_range(WEEKS[0], WEEKS[-1])
