@@ -40,13 +40,13 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from assets.database.user_sessions import (  # noqa: E402
     BUILDS,
-    SESSION_COLUMNS,
     USER_SESSIONS,
     changed_users,
     publish,
     rebuild,
     sessionize,
 )
+from assets.database.user_sessions.tables import COMPUTED_COLUMNS  # noqa: E402
 from assets.overwriting.data_overwrite import VISITS_DAILY  # noqa: E402
 from assets.overwriting.visit_first_seen import FIRST_SEEN  # noqa: E402
 from resources import Lakehouse, SparkResource  # noqa: E402
@@ -126,7 +126,7 @@ def full_rebuild(lake: Lakehouse) -> float:
     visits = lake.read(VISITS_DAILY, columns=["visit_id", "user_id", "event_time", "event_date"])
     seen = lake.read(FIRST_SEEN, columns=["visit_id", "first_seen_at"])
     sessions = sessionize(visits.join(seen, "visit_id"), GAP).select(
-        *SESSION_COLUMNS[:-2],
+        *COMPUTED_COLUMNS,
         F.lit("full").alias("dagster_run_id"),
         F.current_timestamp().alias("updated_at"),
     )

@@ -1,5 +1,5 @@
 """When the platform first saw each visit: `visit_first_seen`, the ingestion time that
-Keyed Idempotency derives session ids from (assets/database/user_sessions.py).
+Keyed Idempotency derives session ids from (assets/database/user_sessions/).
 
 `visits_daily` records it as it ingests a day, before writing the day: a MERGE that only
 inserts visits not seen before, so a re-delivered or re-run visit keeps its first time.
