@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import subprocess
@@ -205,6 +206,27 @@ def test_an_asset_declares_its_pattern_restore_and_tables_in_its_own_module():
 
     with pytest.raises(ValueError, match="no asset declares it writes visit_first_seen: name"):
         external.external_specs([writes_all_but_one])
+
+
+def test_every_asset_says_in_its_own_module_how_it_is_built(tmp_path):
+    """A job declared beside the asset selects it (what a sensor or a person launches),
+    or its automation condition builds it: adding an asset touches its own module."""
+    defs = load_definitions_module().build_definitions({"LAKEHOUSE_ROOT": str(tmp_path / "l")})
+    graph = defs.resolve_asset_graph()
+    for key in graph.materializable_asset_keys:
+        node = graph.get(key)
+        if node.automation_condition is not None:
+            continue
+        [reference] = node.metadata["dagster/code_references"].code_references
+        path = Path(reference.file_path).relative_to(PROJECT_ROOT).with_suffix("")
+        module = importlib.import_module(".".join(path.parts))
+        jobs = [
+            value.name
+            for value in vars(module).values()
+            if isinstance(getattr(value, "selection", None), dg.AssetSelection)
+            and key in value.selection.resolve(graph)
+        ]
+        assert jobs, f"{key.to_user_string()}: no job in {module.__name__} selects it"
 
 
 def undescribed_fields(config_type, path: str) -> list[str]:

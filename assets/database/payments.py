@@ -548,3 +548,10 @@ def payments(
         )
         raise
     yield dg.MaterializeResult(check_results=[_conflict_check(run_span(keys), [], 0)])
+
+
+payments_job = dg.define_asset_job(
+    "payments_job",
+    selection=[payments],
+    description="Insert days of payments once per idempotency key (a replay must match).",
+)

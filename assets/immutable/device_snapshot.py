@@ -163,3 +163,10 @@ def point_device_snapshot_op(
 )
 def point_device_snapshot() -> None:
     point_device_snapshot_op()
+
+
+device_snapshot_job = dg.define_asset_job(
+    "device_snapshot_job",
+    selection=[device_snapshot],
+    description="Write a new write-once snapshot of device_catalog and point readers at it.",
+)

@@ -147,3 +147,10 @@ def visits_daily(
     with progress.phase("write"):
         materialize_partitions(context, materialize_day, on_failure="continue")
     return dg.MaterializeResult()
+
+
+visits_daily_job = dg.define_asset_job(
+    "visits_daily_job",
+    selection=[visits_daily],
+    description="Materialize days of visits_daily (a range is one run, one commit per day).",
+)

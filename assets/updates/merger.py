@@ -22,6 +22,7 @@ from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.materialization import commit_metadata
 from assets.partition_range import SINGLE_RUN, materialize_partitions, parse_day
 from assets.progress import Progress
+from assets.run_policy import IN_ORDER
 from assets.transactional_writer import transactional_metadata, write_partition_once
 from assets.updates.change_files import DEVICE_COLUMNS, parse_device_changes
 from resources import Lakehouse, LandingZone, SparkResource
@@ -98,3 +99,12 @@ def devices(
 
     materialize_partitions(context, merge_day, on_failure="stop")
     return dg.MaterializeResult()
+
+
+devices_job = dg.define_asset_job(
+    "devices_job",
+    selection=[devices],
+    description="Merge days of devices_cdc into `devices`, oldest first (one MERGE per day, "
+    "each once; a range is one run). One run at a time.",
+    tags={IN_ORDER: "devices"},
+)

@@ -31,6 +31,7 @@ from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.materialization import commit_metadata, materialization_metadata
 from assets.partition_range import SINGLE_RUN, materialize_partitions, parse_day
 from assets.progress import Progress
+from assets.run_policy import IN_ORDER
 from assets.updates.change_files import CATALOG_COLUMNS, parse_catalog_changes
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import (
@@ -246,3 +247,12 @@ def merge_day(
         sources=[changes.source],
         extra={**changes.facts(), "plan": plan.action, "base_version": base},
     )
+
+
+device_catalog_job = dg.define_asset_job(
+    "device_catalog_job",
+    selection=[device_catalog],
+    description="Merge days of device_catalog in order (a range restores once, then merges "
+    "each day; one run). One run at a time.",
+    tags={IN_ORDER: "device_catalog"},
+)

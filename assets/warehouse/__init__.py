@@ -2,9 +2,6 @@
 `user_events` (write-audit-publish, newer-wins MERGE with hash keys and tombstones); and
 enriched run directories shredded and loaded through a load manifest (`manifest/`)."""
 
-import dagster as dg
-
-from assets.run_policy import NO_RETRY_ON_REFUSAL
 from assets.warehouse.manifest.pipeline import (
     ManifestSettings,
     enriched_run_job,
@@ -15,18 +12,13 @@ from assets.warehouse.manifest.pipeline import (
 )
 from assets.warehouse.user_events import (
     EventSettings,
+    event_batch_job,
     event_batches,
     user_events,
     user_events_staging,
 )
 
 assets = [user_events_staging, user_events, shredded_events, warehouse_events]
-event_batch_job = dg.define_asset_job(
-    "event_batch_job",
-    selection=dg.AssetSelection.assets(user_events_staging, user_events),
-    description="Stage, audit and publish one event batch (write-audit-publish).",
-    tags=NO_RETRY_ON_REFUSAL,
-)
 jobs = [event_batch_job, enriched_run_job, skip_enriched_run]
 
 __all__ = [

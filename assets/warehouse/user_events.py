@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 
 from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.materialization import commit_metadata, materialization_metadata
+from assets.run_policy import NO_RETRY_ON_REFUSAL
 from assets.warehouse.events_source import batch_file, parse_batch
 from assets.warehouse.staging_merge import TABLE_COLUMNS, deduplicate, merge_batch
 from resources import Lakehouse, LandingZone, SparkResource
@@ -227,3 +228,11 @@ def user_events(
             },
         )
     )
+
+
+event_batch_job = dg.define_asset_job(
+    "event_batch_job",
+    selection=dg.AssetSelection.assets(user_events_staging, user_events),
+    description="Stage, audit and publish one event batch (write-audit-publish).",
+    tags=NO_RETRY_ON_REFUSAL,
+)

@@ -10,7 +10,7 @@ pattern: asset.py).
 - `tables.py`: the tables' names and their one schema each.
 """
 
-from assets.database.user_sessions.asset import SessionSettings, user_sessions
+from assets.database.user_sessions.asset import SessionSettings, user_sessions, user_sessions_job
 from assets.database.user_sessions.changes import changed_users
 from assets.database.user_sessions.publish import publish
 from assets.database.user_sessions.rebuild import rebuild
@@ -31,4 +31,5 @@ __all__ = [
     "rebuild",
     "sessionize",
     "user_sessions",
+    "user_sessions_job",
 ]

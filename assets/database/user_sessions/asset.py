@@ -120,3 +120,10 @@ def user_sessions(
     for key, metadata in build(context, lakehouse, gap).items():
         context.add_asset_metadata(metadata, partition_key=key)
     return dg.MaterializeResult()
+
+
+user_sessions_job = dg.define_asset_job(
+    "user_sessions_job",
+    selection=[user_sessions],
+    description="Build days of user_sessions from visits_daily (session ids never change).",
+)
