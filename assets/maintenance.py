@@ -343,6 +343,3 @@ def compact_delta_tables(
 )
 def compact_tables() -> None:
     compact_delta_tables()
-
-
-jobs = [restore_table, vacuum_table, compact_tables]

@@ -11,10 +11,19 @@ from deltalake import DeltaTable, QueryBuilder
 from telemetry_history import ReportFile, write
 from ticks import evaluate_tick
 
-from assets.telemetry import TelemetrySettings, control, subjects
-from assets.telemetry import assets as TELEMETRY_ASSETS
+from assets.telemetry import (
+    TelemetrySettings,
+    control,
+    subjects,
+    telemetry_hourly,
+    telemetry_raw,
+    telemetry_running_totals,
+)
 from resources import Lakehouse, LandingZone
 from sensors import telemetry_files
+
+TELEMETRY_ASSETS = [telemetry_raw, telemetry_running_totals, telemetry_hourly]
+"""The telemetry pipeline's assets, built together by one run of telemetry_job."""
 
 
 class Deployment:

@@ -5,14 +5,9 @@ is assets/transactional_writer.py."""
 from assets.database.payments import PaymentsSettings, payments, payments_job
 from assets.database.user_sessions import SessionSettings, user_sessions, user_sessions_job
 
-assets = [payments, user_sessions]
-jobs = [payments_job, user_sessions_job]
-
 __all__ = [
     "PaymentsSettings",
     "SessionSettings",
-    "assets",
-    "jobs",
     "payments",
     "payments_job",
     "user_sessions",

@@ -6,7 +6,4 @@ from assets.immutable.device_snapshot import (
     point_device_snapshot,
 )
 
-assets = [device_snapshot]
-jobs = [device_snapshot_job, point_device_snapshot]
-
-__all__ = ["assets", "device_snapshot", "device_snapshot_job", "jobs", "point_device_snapshot"]
+__all__ = ["device_snapshot", "device_snapshot_job", "point_device_snapshot"]

@@ -5,14 +5,9 @@ from assets.overwriting.data_overwrite import daily_partitions, visits_daily, vi
 from assets.overwriting.fast_metadata_cleaner import visits_weekly, weekly_partitions
 from assets.overwriting.freezing import freeze_visits_weeks
 
-assets = [visits_weekly, visits_daily]
-jobs = [visits_daily_job, freeze_visits_weeks]
-
 __all__ = [
-    "assets",
     "daily_partitions",
     "freeze_visits_weeks",
-    "jobs",
     "visits_daily",
     "visits_daily_job",
     "visits_weekly",

@@ -17,16 +17,13 @@ from assets.telemetry.settings import TelemetrySettings
 from assets.telemetry.subjects import SUBJECT_TAG, subjects
 from assets.telemetry.upkeep import compact_telemetry_tables
 
-assets = [telemetry_raw, telemetry_running_totals, telemetry_hourly]
-jobs = [telemetry_job, blacklist_telemetry_file, reingest_telemetry_file, release_quarantined_file]
-schedules = [compact_telemetry_tables]
-
 __all__ = [
     "SUBJECT_TAG",
     "TelemetrySettings",
-    "assets",
-    "jobs",
-    "schedules",
+    "blacklist_telemetry_file",
+    "compact_telemetry_tables",
+    "reingest_telemetry_file",
+    "release_quarantined_file",
     "subjects",
     "telemetry_hourly",
     "telemetry_job",

@@ -175,6 +175,3 @@ def reingest_telemetry_file() -> None:
 )
 def release_quarantined_file() -> None:
     release_quarantined()
-
-
-jobs = [blacklist_telemetry_file, reingest_telemetry_file, release_quarantined_file]

@@ -4,15 +4,10 @@ from assets.run_policy import IN_ORDER
 from assets.updates.merger import devices, devices_job
 from assets.updates.stateful_merger import device_catalog, device_catalog_job
 
-assets = [devices, device_catalog]
-jobs = [devices_job, device_catalog_job]
-
 __all__ = [
     "IN_ORDER",
-    "assets",
     "device_catalog",
     "device_catalog_job",
     "devices",
     "devices_job",
-    "jobs",
 ]

@@ -18,18 +18,16 @@ from assets.warehouse.user_events import (
     user_events_staging,
 )
 
-assets = [user_events_staging, user_events, shredded_events, warehouse_events]
-jobs = [event_batch_job, enriched_run_job, skip_enriched_run]
-
 __all__ = [
     "EventSettings",
     "ManifestSettings",
     "enriched_run_job",
     "enriched_runs",
-    "assets",
     "event_batch_job",
-    "jobs",
     "event_batches",
+    "shredded_events",
+    "skip_enriched_run",
     "user_events",
     "user_events_staging",
+    "warehouse_events",
 ]

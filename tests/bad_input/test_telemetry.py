@@ -22,9 +22,9 @@ from bad_input.corpus import (
     tables,
     vanishing,
 )
+from telemetry_deployment import TELEMETRY_ASSETS
 
 from assets.telemetry import TelemetrySettings, control, subjects
-from assets.telemetry import assets as TELEMETRY_ASSETS
 
 pytestmark = pytest.mark.parametrize("engine", ["delta-rs"])  # the parser is Python's
 

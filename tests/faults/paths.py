@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
+from telemetry_deployment import TELEMETRY_ASSETS
 
 from assets.database import PaymentsSettings, payments
 from assets.overwriting import visits_daily
 from assets.telemetry import TelemetrySettings, subjects
-from assets.telemetry import assets as TELEMETRY_ASSETS
 from assets.updates import device_catalog, devices
 from assets.warehouse import EventSettings, event_batches, user_events, user_events_staging
 from assets.warehouse.events_source import batch_file
