@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from support import platform_module
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DOCS = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").rglob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -68,3 +70,28 @@ def test_every_make_target_and_project_file_the_docs_name_exists():
             if CITED_FILE.match(path) and not (PROJECT_ROOT / path).is_file():
                 missing.append(f"{doc.name}: {path}")
     assert missing == []
+
+
+def test_the_patterns_index_names_every_asset_and_its_page_names_the_asset(tmp_path):
+    """docs/patterns/README.md's table holds every asset the definitions build, each in the
+    row of the page that documents it, and that page names the asset's module."""
+    definitions = platform_module("definitions").build_definitions(
+        {"LAKEHOUSE_ROOT": str(tmp_path)}
+    )
+    graph = definitions.resolve_asset_graph()
+    index = PROJECT_ROOT / "docs" / "patterns" / "README.md"
+    pages = {}
+    for row in prose(index).splitlines():
+        if row.startswith("| [") and (page := LINK.search(row)):
+            for name in CODE.findall(row):
+                pages[name] = index.parent / page.group(1)
+    assets = {key.to_user_string(): key for key in graph.materializable_asset_keys}
+    assert set(assets) <= set(pages), "assets missing from the patterns index"
+    for name, key in assets.items():
+        [reference] = graph.get(key).metadata["dagster/code_references"].code_references
+        module = Path(reference.file_path).relative_to(PROJECT_ROOT)
+        text = pages[name].read_text(encoding="utf-8")
+        assert f"`{name}`" in text, f"{pages[name].name} does not name {name}"
+        assert module.as_posix() in text or module.parent.as_posix() + "/" in text, (
+            f"{pages[name].name} does not name {module}"
+        )
