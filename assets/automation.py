@@ -37,8 +37,9 @@ def after_upstream(*, every_upstream_partition: bool = True) -> dg.AutomationCon
     it is missing while something it reads exists; when none of what it reads is being
     built or failed a blocking check, and it is not being built itself. With
     `every_upstream_partition`, it also waits until every partition it reads exists; an
-    asset that reads all of a daily calendar (a snapshot of "what there is now") says
-    False, or the days never delivered would hold it back forever."""
+    asset that reads several days of a calendar (a week of them, or all of them for a
+    snapshot of "what there is now") says False, or the days never delivered (a day
+    without visits has no files) would hold it back forever."""
     changed = (
         AC.any_deps_match(AC.newly_updated())
         .since(AC.newly_requested())
