@@ -18,6 +18,7 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
@@ -42,11 +43,16 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEMO_SENSOR_INTERVAL_SECONDS = 5
 
 
-def week_of(day: str) -> str | None:
+def weeks_now() -> Callable[[str], str | None]:
     """The week of visits_weekly a day of visits_daily belongs to (None: the week is not
-    over, so not a partition yet)."""
-    key = week_start(dt.date.fromisoformat(day)).isoformat()
-    return key if existing_keys(weekly_partitions)(key) else None
+    over, so not a partition yet), as the calendar stands now."""
+    exists = existing_keys(weekly_partitions)
+
+    def week_of(day: str) -> str | None:
+        key = week_start(dt.date.fromisoformat(day)).isoformat()
+        return key if exists(key) else None
+
+    return week_of
 
 
 def load_definitions() -> dg.Definitions:
@@ -142,7 +148,7 @@ def run_demo(
     launched = dagster.settle(sensor, since)
     # One wait for the weeks of both deliveries: automation builds them while the late
     # days run, and again for the weeks those days change.
-    weekly = dagster.automated("visits_weekly", VISITS_DAILY, landed, partition_of=week_of)
+    weekly = dagster.automated("visits_weekly", VISITS_DAILY, landed, partition_of=weeks_now())
     print(
         f"   The sensor launched {len(launched)} run(s) of visits_daily; automation launched "
         f"{len(weekly)} of visits_weekly since the first delivery, for the weeks whose days "

@@ -20,9 +20,9 @@ import dagster as dg
 from assets.database.payments_source import day_folder
 from assets.immutable.proxy import current_snapshot, manifest_entries
 from assets.updates.change_files import CATALOG_COLUMNS
-from demo.dagster_dev import Dagster
+from demo.dagster_dev import Dagster, Launched
 from demo.dates import DemoDates
-from demo.report import checksum, show_automated
+from demo.report import checksum
 from demo.runs import run_job
 from resources.lakehouse.predicates import is_in
 from sensors.automation import AUTOMATION_SENSOR
@@ -162,6 +162,17 @@ def run_sessions(dagster: Dagster, resources, visit_days: list[dt.date], since: 
         f"{'yes' if same else 'NO'}; content checksum {checksum(got)}\n"
     )
     return {"user_sessions": checksum(got) if same else "MISMATCH"}
+
+
+def show_automated(launched: list[Launched], asset: str) -> None:
+    if not launched:
+        print(f"   {asset} was up to date already: automation launched nothing.")
+        return
+    print(f"   Automation launched {len(launched)} run(s) of {asset}:")
+    for run in launched:
+        backfill = run.tags.get("dagster/backfill")
+        how = f"one run of backfill {backfill}" if backfill else "a run"
+        print(f"   {run.partition_key or '(unpartitioned)':<23} {how}")
 
 
 def _session_row(session: dict) -> tuple:

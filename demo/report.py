@@ -1,6 +1,5 @@
 """What the demo's report compares: content checksums of the tables, and whether this run
-reproduced the previous run's (kept beside the Dagster instance); and what automation
-launched."""
+reproduced the previous run's (kept beside the Dagster instance)."""
 
 from __future__ import annotations
 
@@ -8,10 +7,6 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from demo.dagster_dev import Launched
 
 
 def checksum(rows: Iterable) -> str:
@@ -34,14 +29,3 @@ def compare_with_previous(path: Path, checksums: Mapping[str, str]) -> str:
     return "Checksums differ from the previous run's for: " + ", ".join(
         f"{t} ({previous.get(t, 'absent')} -> {checksums[t]})" for t in moved
     )
-
-
-def show_automated(launched: list[Launched], asset: str) -> None:
-    if not launched:
-        print(f"   {asset} was up to date already: automation launched nothing.")
-        return
-    print(f"   Automation launched {len(launched)} run(s) of {asset}:")
-    for run in launched:
-        backfill = run.tags.get("dagster/backfill")
-        how = f"one run of backfill {backfill}" if backfill else "a run"
-        print(f"   {run.partition_key or '(unpartitioned)':<23} {how}")

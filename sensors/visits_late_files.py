@@ -61,9 +61,10 @@ class DirtyDay:
     def follows(self, other: "DirtyDay") -> bool:
         """Whether this day comes right after `other` and needs the same kind of run, so
         that one range run builds both."""
-        return self.new == other.new and dt.date.fromisoformat(
-            self.partition_key
-        ) - dt.date.fromisoformat(other.partition_key) == dt.timedelta(days=1)
+        apart = dt.date.fromisoformat(self.partition_key) - dt.date.fromisoformat(
+            other.partition_key
+        )
+        return self.new == other.new and apart == dt.timedelta(days=1)
 
 
 @dataclass(frozen=True)

@@ -60,21 +60,12 @@ VISIT_COLUMNS = (
 
 @dataclass(frozen=True)
 class ParsedVisits:
-    """Valid visits, one row per visit_id, plus what parsing saw."""
+    """Valid visits, one row per visit_id and day, plus what parsing saw."""
 
     parts: StagedParts
     """By `event_date`, in the form the lakehouse writes from (`Lakehouse.staged_parts`)."""
     sources: list[Fingerprint]
-    lines_read: int
     lines_by_file: dict[str, int]
-
-    @property
-    def duplicates_dropped(self) -> int:
-        return self.lines_read - self.parts.total
-
-    def facts(self) -> dict[str, int]:
-        """What a materialization reports about its input."""
-        return {"lines_read": self.lines_read, "duplicates_dropped": self.duplicates_dropped}
 
 
 def _misplaced(files: Sequence[FileStat]) -> list[Problem]:
@@ -176,7 +167,7 @@ def parse_visits(
         parts = lakehouse.staged_parts(visits, "event_date", order=["event_time", "visit_id"])
     finally:
         parsed.unpersist()
-    return ParsedVisits(parts, facts.fingerprints, facts.lines, facts.lines_by_file)
+    return ParsedVisits(parts, facts.fingerprints, facts.lines_by_file)
 
 
 @dataclass(frozen=True)
