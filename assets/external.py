@@ -57,7 +57,7 @@ WRITES = "control_tables"
 
 
 # The file sensors' own control table: what they remember of each landed file.
-SENSOR_STATE = "sensor_file_state"
+SENSOR_STATE = "sensor_files"
 SENSOR_STATE_READS = ("visits", "devices_cdc", "device_catalog", "telemetry", "events")
 
 
@@ -102,11 +102,12 @@ def external_specs(assets: Sequence[dg.AssetsDefinition]) -> list[dg.AssetSpec]:
         SENSOR_STATE,
         [landing_key(folder) for folder in SENSOR_STATE_READS],
         "Per file sensor and landed file, its size, mtime and content hash (and subject), so "
-        "a file is hashed again only when it moved. Written by the sensors "
-        "visits_late_files, change_files, event_batch_files and telemetry_files, whose "
-        "cursors hold only this table's version. Deleting a sensor's rows (or resetting its "
-        "cursor) makes it hash every file once again; run keys keep that from launching "
-        "work twice.",
+        "a file is hashed again only when it moved: each tick appends the files that "
+        "changed (the latest row of a file wins), and a sensor's rows are rewritten as one "
+        "per file every 100 ticks. Written by the sensors visits_late_files, change_files, "
+        "event_batch_files and telemetry_files, whose cursors hold only this table's "
+        "version. Deleting a sensor's rows (or resetting its cursor) makes it hash every "
+        "file once again; run keys keep that from launching work twice.",
     )
     return [*landing, *control, sensor_state]
 

@@ -82,7 +82,10 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
     return {
         "spark": spark,
         "lakehouse": Lakehouse(root=root, engine=engine, spark=spark, s3=storage),
-        "landing": LandingZone(root=_location(env.get("LANDING_ROOT", ".data/landing"))),
+        "landing": LandingZone(
+            root=_location(env.get("LANDING_ROOT", ".data/landing")),
+            full_listing_seconds=int(env.get("LANDING_FULL_LISTING_SECONDS", "600")),
+        ),
         "telemetry_settings": telemetry.TelemetrySettings(compute=_compute(env)),
         "payments_settings": database.PaymentsSettings(),
         "session_settings": database.SessionSettings(),

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
 import dagster as dg
+from pydantic import Field
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,15 @@ class LandingZone(dg.ConfigurableResource):
     its content hashes and parsed rows come from the same bytes."""
 
     root: str
+    full_listing_seconds: int = Field(
+        default=600,
+        ge=0,
+        description="How often a file sensor lists every landed file again. Between those "
+        "listings it follows the kernel's file notifications (inotify), which see every "
+        "write made on this machine; writers on other machines of a network mount raise "
+        "none, so their files wait for the next full listing. 0: list everything at every "
+        "tick (a tick then costs a stat per landed file).",
+    )
 
     def absolute(self, path: str) -> Path:
         """The file's resolved local path; refuses paths that leave the landing zone."""
@@ -123,40 +133,71 @@ class LandingZone(dg.ConfigurableResource):
 
     def list(self, prefix: str, *, suffix: str = "", recursive: bool = True) -> list[FileStat]:
         """Regular files under `prefix` (in its sub-folders too, unless not `recursive`)
-        whose name ends with `suffix`, sorted by path. Hidden and temporary files (leading
-        '.' or '_') are writers' work in progress. Anything else with such a name (a named
-        pipe, a socket, a device, a symbolic link to nothing, a folder) is skipped with a
-        warning naming it: reading a named pipe would block the run for ever."""
+        whose name ends with `suffix`, sorted by path (see `list_folder` for what is left
+        out)."""
         base = self.absolute(prefix)
         if not base.is_dir():
             return []
-        root = str(Path(self.root).resolve())
         stats = []
-        # os.scandir and text, not os.walk and Path: a tick lists every landed file, and
-        # Path's work per file made listing 100,000 files take seconds.
         folders = [str(base)]
         while folders:
-            folder = folders.pop()
-            under = folder[len(root) + 1 :]
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    name = entry.name
-                    if name.startswith((".", "_")):
-                        continue
-                    # A folder named like a file is where a file belongs: named, not walked.
-                    if entry.is_dir() and not (suffix and name.endswith(suffix)):
-                        if recursive and not entry.is_symlink():
-                            folders.append(entry.path)
-                        continue
-                    if not name.endswith(suffix):
-                        continue
-                    relative = f"{under}/{name}" if under else name
-                    st, problem = _regular_file(entry)
-                    if st is None:
-                        log.warning(f"landing file {relative} skipped: it is {problem}")
-                        continue
-                    stats.append(FileStat(relative, st.st_size, st.st_mtime_ns))
+            files, under = self.list_folder(folders.pop(), suffix=suffix)
+            stats.extend(files)
+            if recursive:
+                folders.extend(under)
         return sorted(stats, key=lambda s: s.path)
+
+    def list_folder(
+        self, folder: str, *, suffix: str = ""
+    ) -> tuple[builtins.list[FileStat], builtins.list[str]]:
+        """The regular files directly in the absolute `folder` whose name ends with
+        `suffix`, and its sub-folders (absolute; symbolic links to folders are not
+        followed). Hidden and temporary names (leading '.' or '_') are writers' work in
+        progress. Anything else with a file's name (a named pipe, a socket, a device, a
+        symbolic link to nothing, a folder) is skipped with a warning naming it: reading a
+        named pipe would block the run for ever. A folder gone since it was named has no
+        files."""
+        root = str(Path(self.root).resolve())
+        under = folder[len(root) + 1 :]
+        stats: builtins.list[FileStat] = []
+        folders: builtins.list[str] = []
+        # os.scandir and text, not os.walk and Path: a full listing looks at every landed
+        # file, and Path's work per file made listing 100,000 files take seconds.
+        try:
+            entries = os.scandir(folder)
+        except FileNotFoundError:
+            return [], []
+        with entries:
+            for entry in entries:
+                name = entry.name
+                if name.startswith((".", "_")):
+                    continue
+                # A folder named like a file is where a file belongs: named, not walked.
+                if entry.is_dir() and not (suffix and name.endswith(suffix)):
+                    if not entry.is_symlink():
+                        folders.append(entry.path)
+                    continue
+                if not name.endswith(suffix):
+                    continue
+                listed = self._listed(f"{under}/{name}" if under else name, entry)
+                if listed is not None:
+                    stats.append(listed)
+        return stats, folders
+
+    def listed(self, path: str) -> FileStat | None:
+        """What a listing gives for the file at `path` now: its facts, or None when nothing
+        is there, or something other than a regular file (named in a warning, as a listing
+        names it)."""
+        entry = Path(self.root) / path
+        return self._listed(path, entry) if os.path.lexists(entry) else None
+
+    @staticmethod
+    def _listed(relative: str, entry: Path | os.DirEntry) -> FileStat | None:
+        st, problem = _regular_file(entry)
+        if st is None:
+            log.warning(f"landing file {relative} skipped: it is {problem}")
+            return None
+        return FileStat(relative, st.st_size, st.st_mtime_ns)
 
     def folders(self, prefix: str) -> builtins.list[str]:  # `list` is the method above
         """The names of the folders directly under `prefix`, sorted; hidden and `_`-prefixed

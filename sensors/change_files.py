@@ -241,26 +241,27 @@ def change_files(
     folders = [(source.folder, source.suffix) for source in SOURCES]
     scan = file_state.scan(change_files.name, context, lakehouse, landing, folders)
     looked_after = file_state.cursor_extra(context.cursor, "after") or {}
-    current: dict[str, Fingerprint] = {}
+    left_out: list[str] = []
     labels: dict[str, str] = {}
     after: dict[str, int] = {}
     requests: list[dg.RunRequest] = []
+    # Every day's file, not only the changed ones: a day's state follows its predecessor's
+    # materializations. A change file is a day's input, so they number days, not 100,000s.
     for source in SOURCES:
         exists = existing_keys(source.asset.partitions_def)
         files: dict[dt.date, Fingerprint] = {}
-        for stat in scan.listed:
-            if not stat.path.startswith(f"{source.folder}/"):
+        for path, fingerprint in sorted(scan.current.items()):
+            if not path.startswith(f"{source.folder}/"):
                 continue
-            day = source.day_of(stat.path)
+            day = source.day_of(path)
             if day is None:
                 context.log.warning(
-                    f"ignoring {stat.path}: the layout is {source.folder}/YYYY-MM-DD{source.suffix}"
+                    f"ignoring {path}: the layout is {source.folder}/YYYY-MM-DD{source.suffix}"
                 )
+            if day is None or not exists(day.isoformat()):
+                left_out.append(path)
                 continue
-            fingerprint = scan.current.get(stat.path)
-            if fingerprint is not None and exists(day.isoformat()):
-                files[day] = fingerprint
-                current[stat.path] = fingerprint
+            files[day] = fingerprint
         name = source.asset.key.to_user_string()
         states, after[name] = _states(
             context.instance, source.asset.key, files, scan, looked_after.get(name)
@@ -272,5 +273,5 @@ def change_files(
             requests += catalog_request(source, states)
     return dg.SensorResult(
         run_requests=requests,
-        cursor=scan.cursor(lakehouse, current, labels, {"after": after}),
+        cursor=scan.cursor(lakehouse, leave_out=left_out, labels=labels, extra={"after": after}),
     )

@@ -34,19 +34,18 @@ def event_batch_files(
     scan = file_state.scan(
         event_batch_files.name, context, lakehouse, landing, [(EVENTS_FOLDER, SUFFIX)]
     )
-    current, requests, skipped, first_seen = {}, [], [], []
-    for stat in scan.listed:
-        batch_id = batch_id_of(stat.path)
-        if batch_id is None:
-            skipped.append(stat.path)
-            continue
-        fingerprint = scan.current.get(stat.path)
+    requests, skipped, first_seen = [], [], []
+    for path in sorted(scan.touched):
+        fingerprint = scan.current.get(path)
         if fingerprint is None:
             continue
-        current[stat.path] = fingerprint
-        if stat.path not in scan.previous:
+        batch_id = batch_id_of(path)
+        if batch_id is None:
+            skipped.append(path)
+            continue
+        if path not in scan.previous:
             first_seen.append(batch_id)
-        if scan.is_new_content(stat.path):
+        if scan.is_new_content(path):
             requests.append(
                 dg.RunRequest(run_key=f"{batch_id}:{fingerprint.sha256}", partition_key=batch_id)
             )
@@ -62,5 +61,6 @@ def event_batch_files(
         dynamic_partitions_requests=[event_batches.build_add_request(first_seen)]
         if first_seen
         else [],
-        cursor=scan.cursor(lakehouse, current),
+        # Files that are no batch are not remembered: named again while they are there.
+        cursor=scan.cursor(lakehouse, leave_out=skipped),
     )

@@ -18,7 +18,7 @@ follow the days by declarative automation (visits_weekly reads visits_daily).
 import datetime as dt
 import functools
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import dagster as dg
@@ -108,15 +108,6 @@ def folder_of(path: str) -> str:
     return path.rpartition("/")[0]
 
 
-def by_folder(current: Mapping[str, Fingerprint]) -> dict[str, list[Fingerprint]]:
-    """The files grouped by folder: a day's input is its folder, so a tick works per
-    folder (hundreds), not per file (up to 100,000s)."""
-    folders: dict[str, list[Fingerprint]] = {}
-    for path, fingerprint in current.items():
-        folders.setdefault(folder_of(path), []).append(fingerprint)
-    return folders
-
-
 @functools.lru_cache(maxsize=4096)
 def day_key(folder: str) -> str | None:
     """The day (partition key) whose input is the visits files directly in `folder`."""
@@ -126,25 +117,26 @@ def day_key(folder: str) -> str | None:
 
 def dirty_days(
     changed: Iterable[str],
-    folders: Mapping[str, list[Fingerprint]],
+    files_in: Callable[[str], list[Fingerprint]],
     latest: Callable[[str], dg.EventLogRecord | None],
 ) -> list[DirtyDay]:
     """Days touched by `changed` files that were never materialized, or whose input (the
-    files of their folder) now differs from what their latest materialization read."""
+    files of their folder, `files_in(folder)`) now differs from what their latest
+    materialization read."""
     touched: dict[str, list[str]] = {}
+    folders: dict[str, str] = {}
     for path in changed:
-        if (key := day_key(folder_of(path))) is not None:
+        folder = folder_of(path)
+        if (key := day_key(folder)) is not None:
             touched.setdefault(key, []).append(path)
-    inputs: dict[str, list[Fingerprint]] = {key: [] for key in touched}
-    for folder, fingerprints in folders.items():
-        if (key := day_key(folder)) in inputs:
-            inputs[key].extend(fingerprints)
+            folders[key] = folder
 
     dirty = []
     for partition_key, paths in sorted(touched.items()):
         record = latest(partition_key)
-        digest = sources_digest(inputs[partition_key])
-        if record is None and not inputs[partition_key]:
+        inputs = files_in(folders[partition_key])
+        digest = sources_digest(inputs)
+        if record is None and not inputs:
             continue  # a removed file of a day never built: nothing to build
         if digest != recorded_source_digest(record):
             replaces = record.storage_id if record else None
@@ -177,23 +169,23 @@ def visits_late_files(
     scan = file_state.scan(
         visits_late_files.name, context, lakehouse, landing, [("visits", ".jsonl")]
     )
-    current, changed = scan.current, scan.changed()
-    unplaced = sorted(p for p in changed if day_of_file(p) is None and p in current)
+    changed = scan.changed()
+    unplaced = sorted(p for p in changed if day_of_file(p) is None and p in scan.current)
     if unplaced:
         context.log.warning(f"ignoring files outside visits/date=YYYY-MM-DD/: {unplaced[:5]}")
     exists = existing_keys(daily_partitions)
-    folders = by_folder(current)
     latest = latest_materializations(context.instance)
-    dirty = [day for day in dirty_days(changed, folders, latest) if exists(day.partition_key)]
+    dirty = [d for d in dirty_days(changed, scan.in_folder, latest) if exists(d.partition_key)]
     # A file of a day whose partition does not exist yet is not remembered: it is looked
     # at again until its day exists.
-    kept = {
-        fingerprint.path: fingerprint
-        for folder, fingerprints in folders.items()
-        if (key := day_key(folder)) is None or exists(key)
-        for fingerprint in fingerprints
-    }
+    waiting = [
+        path
+        for path in scan.touched
+        if path in scan.current
+        and (key := day_key(folder_of(path))) is not None
+        and not exists(key)
+    ]
     return dg.SensorResult(
         run_requests=[run.request() for run in day_runs(dirty)],
-        cursor=scan.cursor(lakehouse, kept),
+        cursor=scan.cursor(lakehouse, leave_out=waiting),
     )

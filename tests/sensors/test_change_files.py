@@ -112,7 +112,7 @@ def test_a_tick_reads_only_the_materializations_since_its_cursor_and_misses_none
     }
     lakehouse = sensor_resources(landing)["lakehouse"]
     older = file_state.store(lakehouse, change_files.name, file_state.EMPTY, files)
-    upgraded = tick(instance, landing, older)
+    upgraded = tick(instance, landing, file_state.cursor_of(older))
     assert requested(upgraded) == [("devices", "2024-05-02", "new-partition")]
     # Materialized since (by a run the sensor never asked for): read from the instance
     # after the cursor's storage id, not looked up per file.

@@ -1,0 +1,286 @@
+"""A sensor's view of the landing zone, kept up to date between ticks by the kernel's file
+notifications, so a tick pays for the files that changed, not for every file landed.
+
+Listing a landing zone of 100,000 files costs a stat each, about a second, on every tick.
+A `Listing` lists its folder once, then keeps its files' facts current from inotify
+events (Linux): a file created, written, appended to, renamed into place or removed is
+an event naming it, and only the named files are looked at again. The events are read
+when the tick asks, from the queue the kernel filled as the writes happened, so a file
+written before a tick is always seen by that tick.
+
+What notifications do not see is made good by listing everything again (a sweep), as
+Auto Loader's `backfillInterval` does for its file notifications:
+- every `LandingZone.full_listing_seconds` (writers on another machine of a network
+  mount raise no event here); 0 lists everything at every tick;
+- when the kernel's queue overflowed, a watched folder was moved, or a watch could not
+  be added (the `fs.inotify.max_user_watches` limit);
+- where inotify does not exist (not Linux): every tick then lists everything.
+
+Each change gets a sequence number, so `changed_since(mark)` names every file whose facts
+moved after a mark: what a sensor compares with the state it remembered at that mark.
+
+Listings live in the process that evaluates the sensors (the code server), one per
+sensor and folder, and the least recently used are closed beyond `KEPT_LISTINGS`: the
+kernel allows each user 128 inotify instances.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from resources.landing import FileStat, LandingZone
+
+log = logging.getLogger(__name__)
+
+try:
+    from inotify_simple import INotify, flags
+
+    NOTIFIABLE = True
+except ImportError:  # not Linux: every tick lists everything
+    NOTIFIABLE = False
+
+KEPT_LISTINGS = 16
+CHANGES_KEPT = 1_000_000
+"""Changes remembered for `changed_since`; a mark older than that gets None (list all)."""
+
+if NOTIFIABLE:
+    WATCHED = (
+        flags.CREATE
+        | flags.MODIFY
+        | flags.CLOSE_WRITE
+        | flags.ATTRIB
+        | flags.DELETE
+        | flags.MOVED_FROM
+        | flags.MOVED_TO
+        | flags.DELETE_SELF
+        | flags.MOVE_SELF
+        | flags.ONLYDIR
+    )
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A point in one listing's changes."""
+
+    listing: int
+    """Which listing (numbered as they are made: a closed one's number is never reused)."""
+    seq: int
+
+
+_NUMBERS = itertools.count()
+
+
+class Listing:
+    """The files under `folder` of the landing zone whose names end with `suffix`, as of
+    the last `refresh` (see the module)."""
+
+    def __init__(self, landing: LandingZone, folder: str, suffix: str) -> None:
+        self.landing = landing
+        self.folder = folder
+        self.suffix = suffix
+        self.full_listing_seconds = landing.full_listing_seconds
+        self.files: dict[str, FileStat] = {}
+        self._in_folder: dict[str, set[str]] = {}
+        self._changes: list[str] = []
+        self._dropped = 0  # changes forgotten from the front of `_changes`
+        self._notify: Any = None
+        self._watched: dict[int, str] = {}  # watch descriptor -> absolute folder
+        self._listed_at: float | None = None
+        self._number = next(_NUMBERS)
+
+    # -- what a tick reads --------------------------------------------------------------
+
+    @property
+    def mark(self) -> Mark:
+        return Mark(self._number, self._dropped + len(self._changes))
+
+    def changed_since(self, mark: Mark) -> set[str] | None:
+        """Paths whose facts moved after `mark` (None: the mark is not this listing's, or
+        older than the changes it keeps)."""
+        if mark.listing != self._number or mark.seq < self._dropped:
+            return None
+        return set(self._changes[mark.seq - self._dropped :])
+
+    def in_folder(self, folder: str) -> set[str]:
+        """Paths of the files directly in `folder` (relative to the landing root)."""
+        return self._in_folder.get(folder, set())
+
+    @property
+    def notified(self) -> bool:
+        """Whether notifications keep this listing current between sweeps."""
+        return self._notify is not None
+
+    # -- keeping it current -------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Bring the files up to date: from the notifications since the last refresh, or by
+        listing everything when a sweep is due or notifications cannot be trusted."""
+        due = (
+            self._listed_at is None
+            or self.full_listing_seconds == 0
+            or time.monotonic() - self._listed_at >= self.full_listing_seconds
+        )
+        if due or self._notify is None:
+            self._list_all()
+            return
+        touched: set[str] = set()
+        if not self._read_events(touched):
+            self._list_all()
+            return
+        for path in touched:
+            self._update(path, self.landing.listed(path))
+
+    def close(self) -> None:
+        if self._notify is not None:
+            self._notify.close()
+            self._notify = None
+            self._watched.clear()
+
+    def _list_all(self) -> None:
+        """List every file (a watch on each folder first, so that nothing written during
+        the listing is missed) and record what differs from the files known."""
+        self.close()
+        if NOTIFIABLE and self.full_listing_seconds > 0:
+            try:
+                self._notify = INotify()
+            except OSError as error:  # the user's inotify instances are all taken
+                log.warning(f"listing {self.folder} at every tick: no inotify ({error})")
+        base = self.landing.absolute(self.folder)
+        listed: dict[str, FileStat] = {}
+        folders = [str(base)] if base.is_dir() else []
+        while folders:
+            folder = folders.pop()
+            self._watch(folder)
+            files, under = self.landing.list_folder(folder, suffix=self.suffix)
+            listed.update((stat.path, stat) for stat in files)
+            folders.extend(under)
+        for path in self.files.keys() - listed.keys():
+            self._update(path, None)
+        for path, stat in listed.items():
+            self._update(path, stat)
+        self._listed_at = time.monotonic()
+
+    def _watch(self, folder: str) -> None:
+        if self._notify is None:
+            return
+        try:
+            self._watched[self._notify.add_watch(folder, WATCHED)] = folder
+        except FileNotFoundError:
+            pass  # gone since it was named: nothing in it to watch
+        except OSError as error:  # the user's watch limit
+            log.warning(f"listing {self.folder} at every tick: cannot watch {folder} ({error})")
+            self.close()
+
+    def _read_events(self, touched: set[str]) -> bool:
+        """Collect the paths the pending events name into `touched` (watching and listing
+        new folders); False when only a full listing can tell what changed."""
+        root = str(self.landing.absolute(""))
+        while events := self._notify.read(timeout=0):
+            for event in events:
+                if event.mask & flags.Q_OVERFLOW:
+                    log.warning(f"inotify queue overflowed for {self.folder}: listing all")
+                    return False
+                folder = self._watched.get(event.wd)
+                if event.mask & flags.IGNORED:
+                    self._watched.pop(event.wd, None)
+                    continue
+                if folder is None:
+                    continue
+                if event.mask & (flags.MOVE_SELF | flags.DELETE_SELF):
+                    return False  # a watched folder moved or went: its files' paths did
+                name = event.name
+                if not name or name.startswith((".", "_")):
+                    continue
+                full = f"{folder}/{name}"
+                is_folder = event.mask & flags.ISDIR and not (
+                    self.suffix and name.endswith(self.suffix)
+                )
+                if is_folder:
+                    if event.mask & (flags.DELETE | flags.MOVED_FROM):
+                        return False  # every file under it went
+                    if event.mask & (flags.CREATE | flags.MOVED_TO):
+                        self._add_folder(full, touched)
+                        if self._notify is None:
+                            return False  # it could not be watched
+                    continue
+                if name.endswith(self.suffix):
+                    touched.add(full[len(root) + 1 :])
+        return True
+
+    def _add_folder(self, full: str, touched: set[str]) -> None:
+        """Watch a new folder and everything under it, then take its files (written before
+        the watch began, they raised no event here)."""
+        folders = [full]
+        while folders:
+            folder = folders.pop()
+            if os.path.islink(folder):
+                continue
+            self._watch(folder)
+            files, under = self.landing.list_folder(folder, suffix=self.suffix)
+            touched.update(stat.path for stat in files)
+            folders.extend(under)
+
+    def _update(self, path: str, stat: FileStat | None) -> None:
+        known = self.files.get(path)
+        if known == stat:
+            return
+        folder = path.rpartition("/")[0]
+        if stat is None:
+            del self.files[path]
+            self._in_folder[folder].discard(path)
+        else:
+            self.files[path] = stat
+            self._in_folder.setdefault(folder, set()).add(path)
+        self._changes.append(path)
+        if len(self._changes) > CHANGES_KEPT:
+            forget = len(self._changes) // 2
+            del self._changes[:forget]
+            self._dropped += forget
+
+
+_LISTINGS: OrderedDict[tuple[str, ...], Listing] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def listings(
+    sensor: str, landing: LandingZone, folders: Iterable[tuple[str, str]]
+) -> list[Listing]:
+    """The sensor's listing of each `(folder, suffix)`, refreshed."""
+    found = []
+    with _LOCK:
+        for folder, suffix in folders:
+            key = (sensor, str(landing.absolute("")), folder, suffix)
+            listing = _LISTINGS.get(key)
+            if listing is None or listing.full_listing_seconds != landing.full_listing_seconds:
+                if listing is not None:
+                    listing.close()
+                listing = _LISTINGS[key] = Listing(landing, folder, suffix)
+            _LISTINGS.move_to_end(key)
+            found.append(listing)
+        while len(_LISTINGS) > KEPT_LISTINGS:
+            _LISTINGS.popitem(last=False)[1].close()
+    for listing in found:
+        listing.refresh()
+    return found
+
+
+def changed_since(found: list[Listing], marks: tuple[Mark, ...]) -> set[str] | None:
+    """Paths changed in any of `found` since its mark in `marks` (in the same order); None
+    when a mark is not of that listing any more (it was closed and made again)."""
+    if len(marks) != len(found):
+        return None
+    changed: set[str] = set()
+    for listing, mark in zip(found, marks, strict=True):
+        since = listing.changed_since(mark)
+        if since is None:
+            return None
+        changed |= since
+    return changed
