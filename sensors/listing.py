@@ -94,6 +94,7 @@ class Listing:
         self._notify: Any = None
         self._watched: dict[int, str] = {}  # watch descriptor -> absolute folder
         self._listed_at: float | None = None
+        self._unwatchable = False  # a watch was refused: list everything at every tick
         self._number = next(_NUMBERS)
 
     # -- what a tick reads --------------------------------------------------------------
@@ -148,12 +149,14 @@ class Listing:
         """List every file (a watch on each folder first, so that nothing written during
         the listing is missed) and record what differs from the files known."""
         self.close()
-        if NOTIFIABLE and self.full_listing_seconds > 0:
+        base = self.landing.absolute(self.folder)
+        # Until its folder exists there is nothing to watch: each tick looks for it.
+        if NOTIFIABLE and self.full_listing_seconds > 0 and base.is_dir():
             try:
-                self._notify = INotify()
+                if not self._unwatchable:
+                    self._notify = INotify()
             except OSError as error:  # the user's inotify instances are all taken
                 log.warning(f"listing {self.folder} at every tick: no inotify ({error})")
-        base = self.landing.absolute(self.folder)
         listed: dict[str, FileStat] = {}
         folders = [str(base)] if base.is_dir() else []
         while folders:
@@ -177,6 +180,7 @@ class Listing:
             pass  # gone since it was named: nothing in it to watch
         except OSError as error:  # the user's watch limit
             log.warning(f"listing {self.folder} at every tick: cannot watch {folder} ({error})")
+            self._unwatchable = True
             self.close()
 
     def _read_events(self, touched: set[str]) -> bool:

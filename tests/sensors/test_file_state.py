@@ -263,3 +263,17 @@ def test_a_restarted_process_and_a_full_listing_find_what_the_notifications_foun
     assert file_state.load(lakehouse, SENSOR, listed.cursor).fingerprints == (
         file_state.load(lakehouse, SENSOR, notified.cursor).fingerprints
     )
+
+
+def test_a_folder_made_after_the_first_tick_is_followed(tick, landing):
+    """A deployment starts its sensors before anything landed: the folder they watch is
+    made later, and its files are taken at the tick after they land."""
+    first = tick(None)
+    assert first.run_requests == []
+    events = Path(landing.root) / "events"
+    events.mkdir(parents=True)
+    (events / "b1.jsonl").write_text("{}\n")
+    second = tick(first.cursor)
+    assert [r.partition_key for r in second.run_requests] == ["b1"]
+    (events / "b2.jsonl").write_text("{}\n")
+    assert [r.partition_key for r in tick(second.cursor).run_requests] == ["b2"]
