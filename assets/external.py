@@ -30,7 +30,8 @@ CONTROL: dict[str, str] = {
     ),
     "visit_first_seen": "When each visit was first seen.",
     "input_versions": (
-        "Transactional Writer: each partition's inputs, numbered, for its app transactions."
+        "Transactional Writer: each partition's inputs, numbered, for its app transactions "
+        "(partitioned by asset)."
     ),
     "device_catalog_versions": (
         "The Delta version each day's MERGE created: what a backfill restores to."

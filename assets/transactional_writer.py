@@ -35,7 +35,8 @@ import pyarrow as pa
 
 from assets.materialization import materialization_metadata, skipped_metadata
 from resources.lakehouse import AppTransaction, CommitResult, Lakehouse, StaleWriteError
-from resources.lakehouse.predicates import And, eq, is_in
+from resources.lakehouse.port import LakehouseError
+from resources.lakehouse.predicates import And, Value, eq, is_in
 from resources.landing import Fingerprint, sources_digest
 
 INPUT_VERSIONS = "input_versions"
@@ -56,8 +57,8 @@ INPUT_VERSION = "input_version"
 REGISTER_ATTEMPTS = 20
 """Registrations of one asset are serialized: this many runs may register at once."""
 COMPACT_EVERY = 50
-"""`input_versions` is compacted every this many commits, so a registration reads a
-bounded number of files whatever the history."""
+"""An asset's partition of `input_versions` is compacted every this many of its
+registrations, so a registration reads a bounded number of files whatever the history."""
 REWRITE_TAG = "lakehouse/rewrite"
 """A run tagged `lakehouse/rewrite=true` writes its partitions even when their input is
 already committed (e.g. after fixing data by hand in the table)."""
@@ -149,8 +150,14 @@ def register_inputs(
         return {}
     lakehouse = lakehouse.in_process()
     # Created empty first: a commit that creates a table has no snapshot to check an app
-    # transaction against, so two runs creating it at once would both pass.
-    lakehouse.create(INPUT_VERSIONS, INPUT_VERSIONS_SCHEMA, metadata={"dagster_run_id": run_id})
+    # transaction against, so two runs creating it at once would both pass. Partitioned
+    # by asset: a registration reads and compacts its own asset's rows only.
+    lakehouse.create(
+        INPUT_VERSIONS,
+        INPUT_VERSIONS_SCHEMA,
+        metadata={"dagster_run_id": run_id},
+        partition_by=["asset_key"],
+    )
     counter = registrations_id(asset_key)
     attempt = 1
     while True:
@@ -192,15 +199,30 @@ def register_inputs(
                 metadata={"dagster_run_id": run_id, "asset_key": asset_key, "reason": reason},
                 app_transaction=AppTransaction(counter, count + 1),
             )
-            if committed.version % COMPACT_EVERY == 0:
+            if (count + 1) % COMPACT_EVERY == 0:
                 # Without compaction every registration would read one more file than
                 # the last (a backfill of 364 one-day runs reads 66,000).
-                lakehouse.compact(INPUT_VERSIONS, metadata={"dagster_run_id": run_id})
+                _compact(lakehouse, asset_key, run_id, committed.version)
             return registered
         except StaleWriteError:
             if attempt == REGISTER_ATTEMPTS:
                 raise
             attempt += 1
+
+
+def _compact(lakehouse: Lakehouse, asset_key: str, run_id: str, version: int) -> None:
+    """The asset's registrations in one file; in a table made before `input_versions` was
+    partitioned by asset, the whole table's, as then."""
+    try:
+        lakehouse.partition_files(INPUT_VERSIONS, where=eq("asset_key", asset_key))
+        partition: dict[str, Value] | None = {"asset_key": asset_key}
+    except LakehouseError:
+        partition = None
+    lakehouse.compact(
+        INPUT_VERSIONS,
+        partition=partition,
+        metadata={"dagster_run_id": run_id, "asset_key": asset_key, "after_version": version},
+    )
 
 
 def register_input(

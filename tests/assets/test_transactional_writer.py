@@ -136,6 +136,24 @@ def test_the_control_table_stays_a_few_files_however_many_inputs_it_records(lake
     assert register(lakehouse, "d") == 1 and register(lakehouse, "e") == 2
 
 
+@pytest.mark.parametrize("engine", ["delta-rs"])  # the control table is written in process
+def test_each_asset_registers_in_its_own_partition_compacted_on_its_own_count(lakehouse):
+    """A busy asset's registrations neither make another asset's read more files nor
+    rewrite them: the table is partitioned by asset, and each asset's partition is
+    compacted after every COMPACT_EVERY of its own registrations."""
+    register_input(lakehouse, asset_key="quiet", partition_key="p", digest="d", run_id="r")
+    for i in range(COMPACT_EVERY):
+        register_input(lakehouse, asset_key="busy", partition_key=f"{i}", digest="d", run_id="r")
+    table = DeltaTable(lakehouse.uri(INPUT_VERSIONS))
+    assert table.metadata().partition_columns == ["asset_key"]
+    files = table.file_uris()
+    assert sum("asset_key=busy" in f for f in files) == 1
+    assert sum("asset_key=quiet" in f for f in files) == 1
+    optimized = [e for e in lakehouse.history(INPUT_VERSIONS) if e.operation == "OPTIMIZE"]
+    assert len(optimized) == 1
+    assert latest_input(lakehouse, "quiet", "p").version == 1
+
+
 def test_a_replayed_input_is_skipped_without_a_commit(lakehouse):
     first = write_rows(lakehouse, "A", [1, 2])
     assert first.result is not None and first.result.version == 1  # 0 created it empty
