@@ -18,6 +18,7 @@ from assets.transactional_writer import (
     COMPACT_EVERY,
     INPUT_VERSION,
     INPUT_VERSIONS,
+    INPUT_VERSIONS_SCHEMA,
     REWRITE_TAG,
     latest_input,
     register_input,
@@ -289,3 +290,16 @@ def test_many_sigkilled_writers_leave_one_whole_copy(lakehouse, engine):
     # Random points hit both sides of the commit.
     assert report.killed_before_commit > 0 and report.killed_after_commit > 0
     print(f"{engine}: {report}")
+
+
+@pytest.mark.parametrize("engine", ["delta-rs"])  # the control table is written in process
+def test_a_control_table_made_before_it_was_partitioned_keeps_working(lakehouse):
+    lakehouse.in_process().create(INPUT_VERSIONS, INPUT_VERSIONS_SCHEMA, metadata={})
+    for i in range(COMPACT_EVERY):
+        register_input(lakehouse, asset_key="a", partition_key=f"{i}", digest="d", run_id="r")
+    assert DeltaTable(lakehouse.uri(INPUT_VERSIONS)).metadata().partition_columns == []
+    assert len(DeltaTable(lakehouse.uri(INPUT_VERSIONS)).file_uris()) == 1
+    assert (
+        register_input(lakehouse, asset_key="a", partition_key="0", digest="e", run_id="r").version
+        == 2
+    )
