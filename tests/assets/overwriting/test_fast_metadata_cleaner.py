@@ -109,6 +109,7 @@ def test_a_week_with_no_day_in_visits_daily_fails_naming_it_and_the_others_land(
     assert len(exposed(lakehouse, spark)) == 7
 
 
+@pytest.mark.long_on_delta_spark
 def test_rerun_is_identical_and_backfill_leaves_other_weeks_at_their_version(
     resources, lakehouse, spark, write_visits
 ):
@@ -156,6 +157,7 @@ def test_replacing_a_week_is_a_metadata_commit_not_a_row_delete(resources, lakeh
     assert last.metrics["rows_deleted"] == 0
 
 
+@pytest.mark.long_on_delta_spark
 def test_table_count_check_warns_near_the_limit(resources, write_visits):
     write_weeks(write_visits, WEEKS[:3], per_day=1)
     for monday in WEEKS[:2]:
@@ -218,6 +220,7 @@ def test_freezing_folds_old_weeks_by_iso_year_and_keeps_the_exposition_identical
     assert exposed(lakehouse, spark) == sorted([*before, late])
 
 
+@pytest.mark.long_on_delta_spark
 def test_retired_tables_stay_readable_during_the_grace_period(
     resources, lakehouse, spark, write_visits
 ):
