@@ -12,9 +12,10 @@ What notifications do not see is made good by listing everything again (a sweep)
 Auto Loader's `backfillInterval` does for its file notifications:
 - every `LandingZone.full_listing_seconds` (writers on another machine of a network
   mount raise no event here); 0 lists everything at every tick;
-- when the kernel's queue overflowed, a watched folder was moved, or a watch could not
-  be added (the `fs.inotify.max_user_watches` limit);
-- where inotify does not exist (not Linux): every tick then lists everything.
+- when the kernel's queue overflowed, or a watched folder was moved or removed;
+- at every tick while the folder does not exist yet, where a watch could not be added
+  (the `fs.inotify.max_user_watches` limit), and where inotify does not exist (not
+  Linux).
 
 Each change gets a sequence number, so `changed_since(mark)` names every file whose facts
 moved after a mark: what a sensor compares with the state it remembered at that mark.
@@ -113,11 +114,6 @@ class Listing:
     def in_folder(self, folder: str) -> set[str]:
         """Paths of the files directly in `folder` (relative to the landing root)."""
         return self._in_folder.get(folder, set())
-
-    @property
-    def notified(self) -> bool:
-        """Whether notifications keep this listing current between sweeps."""
-        return self._notify is not None
 
     # -- keeping it current -------------------------------------------------------------
 
