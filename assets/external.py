@@ -105,7 +105,7 @@ def external_specs(assets: Sequence[dg.AssetsDefinition]) -> list[dg.AssetSpec]:
         "Per file sensor and landed file, its size, mtime and content hash (and subject), so "
         "a file is hashed again only when it moved: each tick appends the files that "
         "changed (the latest row of a file wins), and a sensor's rows are rewritten as one "
-        "per file every 100 ticks. Written by the sensors visits_late_files, change_files, "
+        "per file after every 100 appends. Written by the sensors visits_late_files, change_files, "
         "event_batch_files and telemetry_files, whose cursors hold only this table's "
         "version. Deleting a sensor's rows (or resetting its cursor) makes it hash every "
         "file once again; run keys keep that from launching work twice.",
