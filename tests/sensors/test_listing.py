@@ -1,0 +1,102 @@
+"""A sensor's listing follows the landing zone by inotify between full listings: what it
+holds after any change equals a full listing of the files, and `changed_since` names
+every file whose facts moved, also when the kernel's queue overflowed or folders moved."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from resources import LandingZone
+from sensors.listing import Listing
+
+
+@pytest.fixture
+def zone(tmp_path) -> LandingZone:
+    (tmp_path / "landing" / "visits").mkdir(parents=True)
+    return LandingZone(root=str(tmp_path / "landing"), full_listing_seconds=600)
+
+
+def write(zone: LandingZone, path: str, text: str = "{}\n") -> None:
+    full = Path(zone.root) / path
+    full.parent.mkdir(parents=True, exist_ok=True)
+    full.write_text(text)
+
+
+def listed(zone: LandingZone) -> dict:
+    return {stat.path: stat for stat in zone.list("visits", suffix=".jsonl")}
+
+
+@pytest.fixture
+def listing(zone):
+    found = Listing(zone, "visits", ".jsonl")
+    yield found
+    found.close()
+
+
+def test_every_kind_of_change_is_named_and_the_files_equal_a_full_listing(zone, listing):
+    write(zone, "visits/date=2024-01-01/a.jsonl")
+    write(zone, "visits/date=2024-01-02/b.jsonl")
+    listing.refresh()
+    assert listing.files == listed(zone)
+    mark = listing.mark
+    write(zone, "visits/date=2024-01-01/a.jsonl", "{}\n{}\n")  # rewritten in place
+    write(zone, "visits/date=2024-01-03/c.jsonl")  # a new folder
+    write(zone, "visits/date=2024-01-02/notes.txt")  # not a visits file
+    (Path(zone.root) / "visits/date=2024-01-02/b.jsonl").unlink()
+    listing.refresh()
+    assert listing.changed_since(mark) == {
+        "visits/date=2024-01-01/a.jsonl",
+        "visits/date=2024-01-02/b.jsonl",
+        "visits/date=2024-01-03/c.jsonl",
+    }
+    assert listing.files == listed(zone)
+    assert listing.in_folder("visits/date=2024-01-03") == {"visits/date=2024-01-03/c.jsonl"}
+    listing.refresh()
+    assert listing.changed_since(listing.mark) == set()
+
+
+def test_a_burst_that_overflows_the_kernels_queue_is_taken_by_a_full_listing(zone, listing, caplog):
+    (Path(zone.root) / "visits/date=2024-01-01").mkdir()  # watched before the burst
+    listing.refresh()
+    mark = listing.mark
+    # Three events a file (create, write, close): more than the 16,384 the kernel queues.
+    burst = {f"visits/date=2024-01-01/part-{i:05d}.jsonl" for i in range(6_000)}
+    for path in burst:
+        write(zone, path)
+    listing.refresh()
+    assert "inotify queue overflowed for visits" in caplog.text
+    assert listing.changed_since(mark) == burst
+    assert listing.files == listed(zone)
+
+
+def test_a_folder_moved_or_removed_takes_its_files_along(zone, listing):
+    write(zone, "visits/date=2024-01-01/a.jsonl")
+    write(zone, "visits/date=2024-01-02/b.jsonl")
+    listing.refresh()
+    mark = listing.mark
+    visits = Path(zone.root) / "visits"
+    (visits / "date=2024-01-01").rename(visits / "date=2024-01-05")
+    shutil.rmtree(visits / "date=2024-01-02")
+    listing.refresh()
+    assert listing.changed_since(mark) == {
+        "visits/date=2024-01-01/a.jsonl",
+        "visits/date=2024-01-05/a.jsonl",
+        "visits/date=2024-01-02/b.jsonl",
+    }
+    assert listing.files == listed(zone)
+    write(zone, "visits/date=2024-01-05/later.jsonl")  # the moved folder is still followed
+    listing.refresh()
+    assert "visits/date=2024-01-05/later.jsonl" in listing.files
+
+
+def test_a_mark_of_another_listing_asks_for_a_full_comparison(zone, listing):
+    listing.refresh()
+    other = Listing(zone, "visits", ".jsonl")
+    try:
+        other.refresh()
+        assert listing.changed_since(other.mark) is None
+    finally:
+        other.close()
