@@ -118,9 +118,9 @@ class LandingZone(dg.ConfigurableResource):
         ge=0,
         description="How often a file sensor lists every landed file again. Between those "
         "listings it follows the kernel's file notifications (inotify), which see every "
-        "write made on this machine; writers on other machines of a network mount raise "
-        "none, so their files wait for the next full listing. 0: list everything at every "
-        "tick (a tick then costs a stat per landed file).",
+        "write made on this machine (on a network or VM file system, whose writers may be "
+        "elsewhere, it lists at every tick). 0: list everything at every tick (a tick "
+        "then costs a stat per landed file).",
     )
 
     def absolute(self, path: str) -> Path:

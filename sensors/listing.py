@@ -14,8 +14,10 @@ Auto Loader's `backfillInterval` does for its file notifications:
   mount raise no event here); 0 lists everything at every tick;
 - when the kernel's queue overflowed, or a watched folder was moved or removed;
 - at every tick while the folder does not exist yet, where a watch could not be added
-  (the `fs.inotify.max_user_watches` limit), and where inotify does not exist (not
-  Linux).
+  (the `fs.inotify.max_user_watches` limit), where inotify does not exist (not Linux),
+  and where the folder lies on a file system whose writers may be elsewhere (NFS, SMB,
+  9p, virtiofs, FUSE: a Docker Desktop bind mount, WSL's Windows drives), whose writes
+  raise no event here.
 
 Each change gets a sequence number, so `changed_since(mark)` names every file whose facts
 moved after a mark: what a sensor compares with the state it remembered at that mark.
@@ -30,11 +32,13 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from resources.landing import FileStat, LandingZone
@@ -49,6 +53,12 @@ except ImportError:  # not Linux: every tick lists everything
     NOTIFIABLE = False
 
 KEPT_LISTINGS = 16
+SHARED_FILESYSTEMS = (
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "virtiofs", "ceph", "glusterfs",
+    "lustre", "gpfs", "afs", "fuse",
+)  # fmt: skip
+"""File systems whose files other machines (or the host of a VM) write: inotify sees
+only this machine's writes there. `fuse` covers every `fuse.*` type."""
 CHANGES_KEPT = 1_000_000
 """Changes remembered for `changed_since`; a mark older than that gets None (list all)."""
 
@@ -96,6 +106,7 @@ class Listing:
         self._watched: dict[int, str] = {}  # watch descriptor -> absolute folder
         self._listed_at: float | None = None
         self._unwatchable = False  # a watch was refused: list everything at every tick
+        self._shared: str | None = None  # the shared file system the folder lies on
         self._number = next(_NUMBERS)
 
     # -- what a tick reads --------------------------------------------------------------
@@ -147,7 +158,7 @@ class Listing:
         self.close()
         base = self.landing.absolute(self.folder)
         # Until its folder exists there is nothing to watch: each tick looks for it.
-        if NOTIFIABLE and self.full_listing_seconds > 0 and base.is_dir():
+        if NOTIFIABLE and self.full_listing_seconds > 0 and base.is_dir() and self._local(base):
             try:
                 if not self._unwatchable:
                     self._notify = INotify()
@@ -166,6 +177,22 @@ class Listing:
         for path, stat in listed.items():
             self._update(path, stat)
         self._listed_at = time.monotonic()
+
+    def _local(self, base: Path) -> bool:
+        """Whether every write to `base` happens on this machine, as far as its file
+        system tells (said once in the log when not)."""
+        if self._shared is None:
+            try:
+                mounts = Path("/proc/self/mountinfo").read_text()
+            except OSError:
+                mounts = ""
+            self._shared = shared_filesystem(str(base), mounts) or ""
+            if self._shared:
+                log.warning(
+                    f"listing {self.folder} at every tick: it lies on a {self._shared} file "
+                    "system, whose writers elsewhere raise no inotify event here"
+                )
+        return not self._shared
 
     def _watch(self, folder: str) -> None:
         if self._notify is None:
@@ -244,6 +271,25 @@ class Listing:
             forget = len(self._changes) // 2
             del self._changes[:forget]
             self._dropped += forget
+
+
+def shared_filesystem(path: str, mountinfo: str) -> str | None:
+    """The type of the file system holding the absolute `path` when it is one that other
+    machines may write (`SHARED_FILESYSTEMS`), from the text of `/proc/self/mountinfo`."""
+    best, kind = "", None
+    for line in mountinfo.splitlines():
+        fields, _, rest = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) < 5 or not rest:
+            continue
+        # Mount points escape blanks and backslashes as octal: `\040` is a space.
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), parts[4])
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, rest.split()[0]
+    if kind is None:
+        return None
+    return kind if kind.split(".")[0] in SHARED_FILESYSTEMS else None
 
 
 _LISTINGS: OrderedDict[tuple[str, ...], Listing] = OrderedDict()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from resources import LandingZone
-from sensors.listing import Listing
+from sensors.listing import Listing, shared_filesystem
 
 
 @pytest.fixture
@@ -100,3 +100,28 @@ def test_a_mark_of_another_listing_asks_for_a_full_comparison(zone, listing):
         assert listing.changed_since(other.mark) is None
     finally:
         other.close()
+
+
+MOUNTS = """\
+27 1 254:0 / / rw,relatime - ext4 /dev/vda rw
+40 27 0:50 / /data rw,relatime - nfs4 server:/export rw,vers=4.2
+41 40 254:1 / /data/local\\040disk rw,relatime - xfs /dev/vdb rw
+42 27 0:51 / /mnt/host rw,relatime - fuse.grpcfuse grpcfuse rw
+43 27 0:52 / /mnt/c rw,noatime - 9p drvfs rw
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "shared"),
+    [
+        ("/work/landing", None),
+        ("/data/landing", "nfs4"),
+        ("/data/local disk/landing", None),  # a local disk mounted inside the share
+        ("/data-other/landing", None),  # a name that merely starts like a mount point
+        ("/mnt/host/landing", "fuse.grpcfuse"),  # a Docker Desktop bind mount
+        ("/mnt/c/Users/me/landing", "9p"),  # a Windows drive under WSL
+    ],
+)
+def test_a_landing_zone_written_from_elsewhere_is_listed_at_every_tick(path, shared):
+    """inotify sees only this machine's writes: on a share, each tick lists everything."""
+    assert shared_filesystem(path, MOUNTS) == shared
