@@ -10,6 +10,7 @@ changed, not the files known: the ratio large / small is the figure.
 - event_batch_files: `events/<batch_id>.jsonl`, one batch a file.
 - change_files: `devices_cdc/YYYY-MM-DD.csv`, one file a day, so at most one file per
   day of its calendar: `--small-days` against `--large-days` known days, ten new.
+- telemetry_files: `telemetry/<subject>/*.csv` over 20 subjects, none ingested yet.
 
 Each tick is evaluated as the daemon evaluates it (the sensor's function with its
 resources and a real SQLite instance), in one process as the code server evaluates them:
@@ -36,8 +37,14 @@ sys.path.insert(0, str(PROJECT_ROOT))
 
 import dagster as dg  # noqa: E402
 
+from assets.telemetry.settings import TelemetrySettings  # noqa: E402
 from resources import Lakehouse, LandingZone, SparkResource  # noqa: E402
-from sensors import change_files, event_batch_files, visits_late_files  # noqa: E402
+from sensors import (  # noqa: E402
+    change_files,
+    event_batch_files,
+    telemetry_files,
+    visits_late_files,
+)
 
 FIRST_DAY = dt.date(2025, 1, 1)
 DAYS = 365
@@ -67,6 +74,12 @@ def cdc_file(root: Path, index: int, *, new: bool = False) -> None:
     (folder / f"{day.isoformat()}.csv").write_text(f"type;full_name;version\nphone;P{index};1\n")
 
 
+def report_file(root: Path, index: int, *, new: bool = False) -> None:
+    folder = root / "telemetry" / f"Tool{index % 20:02d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{'late' if new else 'report'}-{index:06d}.csv").write_text("ts,in,out\n")
+
+
 def tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, resources: dict, cursor):
     with dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources) as context:
         result = sensor(context)
@@ -91,6 +104,7 @@ def tick_cost(
         resources = {
             "landing": LandingZone(root=str(landing_root)),
             "lakehouse": Lakehouse(root=str(work / "lakehouse"), spark=SparkResource()),
+            "telemetry_settings": TelemetrySettings(),
         }
         instance = dg.DagsterInstance.from_config(str(_home(work)))
         cursor = tick(sensor, instance, resources, None).cursor
@@ -127,6 +141,9 @@ def main() -> None:
         ("visits_late_files", visits_late_files, visit_file, args.small, args.large, args.new),
         ("event_batch_files", event_batch_files, batch_file, args.small, args.large, args.new),
         ("change_files", change_files, cdc_file, args.small_days, args.large_days, 10),
+        # Not bounded yet: its decision walks every landed file and the whole control table
+        # (none here: no report was ingested), since retries fall due with time alone.
+        ("telemetry_files", telemetry_files, report_file, args.small, args.large, args.new),
     ]
     print(f"A tick finding new files among known ones (median of {REPEATS} ticks):")
     for name, sensor, write, small, large, new in cases:
