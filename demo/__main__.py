@@ -148,7 +148,13 @@ def run_demo(
     launched = dagster.settle(sensor, since)
     # One wait for the weeks of both deliveries: automation builds them while the late
     # days run, and again for the weeks those days change.
-    weekly = dagster.automated("visits_weekly", VISITS_DAILY, landed, partition_of=weeks_now())
+    weekly = dagster.automated(
+        "visits_weekly",
+        VISITS_DAILY,
+        landed,
+        partition_of=weeks_now(),
+        read_version="visits_daily_version",
+    )
     print(
         f"   The sensor launched {len(launched)} run(s) of visits_daily; automation launched "
         f"{len(weekly)} of visits_weekly since the first delivery, for the weeks whose days "

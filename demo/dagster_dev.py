@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -226,6 +227,7 @@ class Dagster:
         since: float,
         *,
         partition_of: Callable[[str], str | None] = lambda key: key,
+        read_version: str | None = None,
         timeout: float = 900,
     ) -> list[Launched]:
         """Waits for declarative automation to bring `asset` up to date with `upstream`:
@@ -235,7 +237,13 @@ class Dagster:
         does not exist yet; any partition for an unpartitioned asset), and none of
         automation's runs of it is going. Returns the runs automation launched for
         `asset` since `since` that succeeded, in launch order; fails naming one that
-        failed for good."""
+        failed for good.
+
+        `read_version`: the metadata key under which `asset` records the Delta version of
+        `upstream` it read. Then a partition is also behind while that version is older
+        than one its upstream partitions committed: a build that read the upstream just
+        before a change may still record its materialization after the change's, and be
+        taken for up to date while automation has yet to ask for it again."""
         after = dt.datetime.fromtimestamp(since, dt.UTC)
         deadline = time.monotonic() + timeout
         while True:
@@ -251,12 +259,16 @@ class Dagster:
             built, changed = _latest(self.instance, asset), _latest(self.instance, upstream)
             if None in built:
                 behind = [] if built[None] > max(changed.values(), default=0) else [asset]
+                if read_version is not None:
+                    behind += self._behind_in_version(asset, upstream, None, read_version)
             else:
                 needed: dict[str, int] = {}
                 for key, id_ in changed.items():
                     if key is not None and (downstream := partition_of(key)) is not None:
                         needed[downstream] = max(needed.get(downstream, 0), id_)
                 behind = [key for key, id_ in needed.items() if built.get(key, 0) < id_]
+                if read_version is not None:
+                    behind += self._behind_in_version(asset, upstream, partition_of, read_version)
             # Up to date, and no build of it still going: a build asked for because the
             # upstream changed while an earlier one ran must end before the tables are
             # compared (the earlier one may have read the upstream before the change).
@@ -271,6 +283,30 @@ class Dagster:
                     f"{self.url}/assets/{asset}?view=automation"
                 )
             time.sleep(2)
+
+    def _behind_in_version(
+        self,
+        asset: str,
+        upstream: str,
+        partition_of: Callable[[str], str | None] | None,
+        read_version: str,
+    ) -> list[str]:
+        """Partitions of `asset` (`partition_of` None: the asset, unpartitioned) whose
+        latest build read a Delta version of `upstream` older than one their upstream
+        partitions' latest materializations committed."""
+        needed: dict[str | None, int] = {}
+        for key, metadata in _latest_metadata(self.instance, upstream).items():
+            version = metadata.get("delta_version")
+            down = partition_of(key) if partition_of and key is not None else None
+            if version is None or (partition_of is not None and down is None):
+                continue  # nothing recorded, or no partition of `asset` reads it yet
+            needed[down] = max(needed.get(down, -1), int(version.value))
+        read = {
+            key: int(metadata[read_version].value)
+            for key, metadata in _latest_metadata(self.instance, asset).items()
+            if read_version in metadata
+        }
+        return [key or asset for key, version in needed.items() if read.get(key, -1) < version]
 
     def wait_out(self, sensor: str, tick: Tick, first_failure: float) -> None:
         """A failed tick stops the demo, unless the machinery failed it for a moment: the
@@ -299,18 +335,35 @@ class Dagster:
         return [run for run in runs if run.ok]
 
 
-def _latest(instance: dg.DagsterInstance, asset: str) -> dict[str | None, int]:
-    """The storage id of the latest materialization of each partition of `asset` (None:
+def _latest_records(
+    instance: dg.DagsterInstance, asset: str
+) -> dict[str | None, dg.EventLogRecord]:
+    """The latest materialization record of each partition of `asset` (None:
     unpartitioned)."""
-    latest: dict[str | None, int] = {}
+    latest: dict[str | None, dg.EventLogRecord] = {}
     cursor = None
     while True:
         page = instance.fetch_materializations(dg.AssetKey(asset), limit=1000, cursor=cursor)
         for record in page.records:
-            latest.setdefault(record.partition_key, record.storage_id)
+            latest.setdefault(record.partition_key, record)
         if not page.has_more:
             return latest
         cursor = page.cursor
+
+
+def _latest(instance: dg.DagsterInstance, asset: str) -> dict[str | None, int]:
+    """The storage id of the latest materialization of each partition of `asset`."""
+    return {key: r.storage_id for key, r in _latest_records(instance, asset).items()}
+
+
+def _latest_metadata(
+    instance: dg.DagsterInstance, asset: str
+) -> dict[str | None, Mapping[str, Any]]:
+    """The metadata of the latest materialization of each partition of `asset`."""
+    return {
+        key: r.asset_materialization.metadata if r.asset_materialization else {}
+        for key, r in _latest_records(instance, asset).items()
+    }
 
 
 def serves(url: str, home: Path) -> bool:

@@ -182,7 +182,10 @@ def _session_row(session: dict) -> tuple:
 def run_snapshot(dagster: Dagster, resources, since: float) -> dict[str, str]:
     lakehouse = resources["lakehouse"]
     print("8. Snapshot: automation takes a device_snapshot after device_catalog changes ...")
-    show_automated(dagster.automated("device_snapshot", "device_catalog", since), "device_snapshot")
+    launched = dagster.automated(
+        "device_snapshot", "device_catalog", since, read_version="source_version"
+    )
+    show_automated(launched, "device_snapshot")
     current = current_snapshot(manifest_entries(lakehouse))
     snapshot, catalog = (
         {tuple(r[c] for c in CATALOG_COLUMNS) for r in lakehouse.read_arrow(table).to_pylist()}
