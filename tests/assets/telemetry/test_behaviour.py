@@ -128,6 +128,7 @@ def test_an_appended_file_reingests_only_its_tail(deployment, settings):
     assert deployment.totals() == expected_totals([big])
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_rewritten_file_replaces_all_its_rows(deployment):
     original = FILES[0]
     deployment.deliver(FILES[:2])
@@ -142,6 +143,7 @@ def test_a_rewritten_file_replaces_all_its_rows(deployment):
     assert deployment.hourly() == expected_hourly([rewritten, FILES[1]])
 
 
+@pytest.mark.long_on_delta_spark
 def test_blacklist_removes_a_files_rows_and_repairs_the_totals(deployment):
     deployment.deliver(FILES)
     deployment.run_pending()
@@ -156,6 +158,7 @@ def test_blacklist_removes_a_files_rows_and_repairs_the_totals(deployment):
     assert deployment.run_pending() == []
 
 
+@pytest.mark.long_on_delta_spark
 def test_reingest_replaces_a_files_rows_and_totals_stay_exact(deployment):
     deployment.deliver(FILES)
     deployment.run_pending()

@@ -325,6 +325,7 @@ def test_the_sensor_registers_finished_directories_only(write_run, landing, inst
     assert [r.partition_key for r in tick().run_requests] == [RUN_B]
 
 
+@pytest.mark.long_on_delta_spark
 def test_stuck_runs_are_requested_again_once_per_state(lakehouse, instance):
     manifest.add(lakehouse, [RUN_A, RUN_B, "2024-05-01-12-00-00"], by="test", metadata=META)
     manifest.flag_to_skip(lakehouse, RUN_B, reason="", by="test", metadata=META)
