@@ -256,11 +256,16 @@ class Dagster:
                     if dg.AssetKey(asset) in (record.dagster_run.asset_selection or ())
                 ]
             )
-            built, changed = _latest(self.instance, asset), _latest(self.instance, upstream)
+            built_records = _latest_records(self.instance, asset)
+            changed_records = _latest_records(self.instance, upstream)
+            built = {key: r.storage_id for key, r in built_records.items()}
+            changed = {key: r.storage_id for key, r in changed_records.items()}
             if None in built:
                 behind = [] if built[None] > max(changed.values(), default=0) else [asset]
                 if read_version is not None:
-                    behind += self._behind_in_version(asset, upstream, None, read_version)
+                    behind += _behind_in_version(
+                        asset, built_records, changed_records, None, read_version
+                    )
             else:
                 needed: dict[str, int] = {}
                 for key, id_ in changed.items():
@@ -268,7 +273,9 @@ class Dagster:
                         needed[downstream] = max(needed.get(downstream, 0), id_)
                 behind = [key for key, id_ in needed.items() if built.get(key, 0) < id_]
                 if read_version is not None:
-                    behind += self._behind_in_version(asset, upstream, partition_of, read_version)
+                    behind += _behind_in_version(
+                        asset, built_records, changed_records, partition_of, read_version
+                    )
             # Up to date, and no build of it still going: a build asked for because the
             # upstream changed while an earlier one ran must end before the tables are
             # compared (the earlier one may have read the upstream before the change).
@@ -283,30 +290,6 @@ class Dagster:
                     f"{self.url}/assets/{asset}?view=automation"
                 )
             time.sleep(2)
-
-    def _behind_in_version(
-        self,
-        asset: str,
-        upstream: str,
-        partition_of: Callable[[str], str | None] | None,
-        read_version: str,
-    ) -> list[str]:
-        """Partitions of `asset` (`partition_of` None: the asset, unpartitioned) whose
-        latest build read a Delta version of `upstream` older than one their upstream
-        partitions' latest materializations committed."""
-        needed: dict[str | None, int] = {}
-        for key, metadata in _latest_metadata(self.instance, upstream).items():
-            version = metadata.get("delta_version")
-            down = partition_of(key) if partition_of and key is not None else None
-            if version is None or (partition_of is not None and down is None):
-                continue  # nothing recorded, or no partition of `asset` reads it yet
-            needed[down] = max(needed.get(down, -1), int(version.value))
-        read = {
-            key: int(metadata[read_version].value)
-            for key, metadata in _latest_metadata(self.instance, asset).items()
-            if read_version in metadata
-        }
-        return [key or asset for key, version in needed.items() if read.get(key, -1) < version]
 
     def wait_out(self, sensor: str, tick: Tick, first_failure: float) -> None:
         """A failed tick stops the demo, unless the machinery failed it for a moment: the
@@ -351,19 +334,33 @@ def _latest_records(
         cursor = page.cursor
 
 
-def _latest(instance: dg.DagsterInstance, asset: str) -> dict[str | None, int]:
-    """The storage id of the latest materialization of each partition of `asset`."""
-    return {key: r.storage_id for key, r in _latest_records(instance, asset).items()}
+def _metadata(record: dg.EventLogRecord) -> Mapping[str, Any]:
+    return record.asset_materialization.metadata if record.asset_materialization else {}
 
 
-def _latest_metadata(
-    instance: dg.DagsterInstance, asset: str
-) -> dict[str | None, Mapping[str, Any]]:
-    """The metadata of the latest materialization of each partition of `asset`."""
-    return {
-        key: r.asset_materialization.metadata if r.asset_materialization else {}
-        for key, r in _latest_records(instance, asset).items()
+def _behind_in_version(
+    asset: str,
+    built: Mapping[str | None, dg.EventLogRecord],
+    changed: Mapping[str | None, dg.EventLogRecord],
+    partition_of: Callable[[str], str | None] | None,
+    read_version: str,
+) -> list[str]:
+    """Partitions of `asset` (`partition_of` None: the asset, unpartitioned) whose latest
+    build (`built`) recorded under `read_version` a Delta version of the upstream older
+    than one its upstream partitions' latest materializations (`changed`) committed."""
+    needed: dict[str | None, int] = {}
+    for key, record in changed.items():
+        version = _metadata(record).get("delta_version")
+        down = partition_of(key) if partition_of and key is not None else None
+        if version is None or (partition_of is not None and down is None):
+            continue  # nothing recorded, or no partition of `asset` reads it yet
+        needed[down] = max(needed.get(down, -1), int(version.value))
+    read = {
+        key: int(metadata[read_version].value)
+        for key, record in built.items()
+        if read_version in (metadata := _metadata(record))
     }
+    return [key or asset for key, version in needed.items() if read.get(key, -1) < version]
 
 
 def serves(url: str, home: Path) -> bool:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import re
 import threading
 import time
@@ -164,14 +163,7 @@ class Listing:
                     self._notify = INotify()
             except OSError as error:  # the user's inotify instances are all taken
                 log.warning(f"listing {self.folder} at every tick: no inotify ({error})")
-        listed: dict[str, FileStat] = {}
-        folders = [str(base)] if base.is_dir() else []
-        while folders:
-            folder = folders.pop()
-            self._watch(folder)
-            files, under = self.landing.list_folder(folder, suffix=self.suffix)
-            listed.update((stat.path, stat) for stat in files)
-            folders.extend(under)
+        listed = {stat.path: stat for stat in self._watch_and_list(str(base))}
         for path in self.files.keys() - listed.keys():
             self._update(path, None)
         for path, stat in listed.items():
@@ -234,7 +226,8 @@ class Listing:
                     if event.mask & (flags.DELETE | flags.MOVED_FROM):
                         return False  # every file under it went
                     if event.mask & (flags.CREATE | flags.MOVED_TO):
-                        self._add_folder(full, touched)
+                        # Its files were written before the watch began: no event named them.
+                        touched.update(stat.path for stat in self._watch_and_list(full))
                         if self._notify is None:
                             return False  # it could not be watched
                     continue
@@ -242,18 +235,18 @@ class Listing:
                     touched.add(full[len(root) + 1 :])
         return True
 
-    def _add_folder(self, full: str, touched: set[str]) -> None:
-        """Watch a new folder and everything under it, then take its files (written before
-        the watch began, they raised no event here)."""
-        folders = [full]
+    def _watch_and_list(self, top: str) -> list[FileStat]:
+        """The files under the absolute folder `top` (none when it does not exist), each
+        folder watched before it is listed, so nothing written meanwhile goes unnoticed."""
+        found: list[FileStat] = []
+        folders = [top]
         while folders:
             folder = folders.pop()
-            if os.path.islink(folder):
-                continue
             self._watch(folder)
             files, under = self.landing.list_folder(folder, suffix=self.suffix)
-            touched.update(stat.path for stat in files)
+            found.extend(files)
             folders.extend(under)
+        return found
 
     def _update(self, path: str, stat: FileStat | None) -> None:
         known = self.files.get(path)
