@@ -232,12 +232,14 @@ def _differing(
     fingerprints: Mapping[str, Fingerprint],
     labels: Mapping[str, str],
     looked_at: Collection[str] | None,
+    relabelled_within: bool,
 ) -> set[str]:
     """Paths whose fingerprint or label differs between `previous` and the new state,
-    looking only at `looked_at` (None: every path) and at labels that changed."""
+    looking only at `looked_at` (None: every path) and at labels that changed (only
+    among `looked_at` when `relabelled_within`)."""
     before, named = previous.fingerprints, previous.labels
     paths = (fingerprints.keys() | before.keys()) if looked_at is None else set(looked_at)
-    if labels is not named and labels != named:
+    if not relabelled_within and labels is not named and labels != named:
         paths |= {p for p in labels.keys() | named.keys() if labels.get(p) != named.get(p)}
     return {
         path
@@ -255,15 +257,23 @@ def store(
     labels: Mapping[str, str] | None = None,
     *,
     looked_at: Collection[str] | None = None,
+    relabel: Mapping[str, str] | None = None,
 ) -> SeenFiles:
-    """Keep `fingerprints` (and `labels`; None: the previous ones of the files kept) as
-    the sensor's state, appending what differs from `previous` among `looked_at` (None:
-    every path). Writes nothing when nothing differs."""
-    if labels is None:
+    """Keep `fingerprints` (and `labels`; None: the previous ones of the files kept,
+    with the `looked_at` paths labelled by `relabel` when given) as the sensor's state,
+    appending what differs from `previous` among `looked_at` (None: every path). Writes
+    nothing when nothing differs."""
+    relabelled_within = relabel is not None and looked_at is not None and labels is None
+    if relabel is not None and labels is None:
+        labels = dict(previous.labels)
+        for path in previous.labels.keys() if looked_at is None else looked_at:
+            labels.pop(path, None)
+        labels.update(relabel)
+    elif labels is None:
         labels = previous.labels
         if any(path not in fingerprints for path in labels):
             labels = {p: label for p, label in labels.items() if p in fingerprints}
-    differing = _differing(previous, fingerprints, labels, looked_at)
+    differing = _differing(previous, fingerprints, labels, looked_at, relabelled_within)
     if not differing and (previous.version is not None or not fingerprints):
         return previous
     commits, appended = previous.appended
@@ -379,11 +389,13 @@ class Scan:
         *,
         leave_out: Iterable[str] = (),
         labels: Mapping[str, str] | None = None,
+        relabel: Mapping[str, str] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> str | None:
         """The cursor of a tick that remembers every current file but `leave_out` (looked
-        at again by the next tick), with `labels` (None: the ones remembered), and `extra`
-        beside the state's version."""
+        at again by the next tick), with `labels` (None: the ones remembered; with
+        `relabel`, the touched files' labels are those it gives), and `extra` beside the
+        state's version."""
         left_out = frozenset(leave_out) | self.unread
         kept = self.current
         if left_out:
@@ -391,7 +403,9 @@ class Scan:
             for path in left_out:
                 kept.pop(path, None)
         looked_at = None if self.looked_at is None else self.looked_at | left_out
-        stored = store(lakehouse, self.sensor, self.seen, kept, labels, looked_at=looked_at)
+        stored = store(
+            lakehouse, self.sensor, self.seen, kept, labels, looked_at=looked_at, relabel=relabel
+        )
         _remember(lakehouse, self.sensor, _Remembered(stored, self.marks, left_out))
         return cursor_of(stored, extra)
 

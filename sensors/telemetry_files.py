@@ -1,10 +1,12 @@
 """The telemetry data agent: finds subjects with pending work and asks for one run each.
 
 It never starts Spark and never reads report data: it lists the landing zone, hashes only
-files whose size or mtime moved, reads the control tables with delta-rs, registers new
+files whose size or mtime moved, follows the control tables with delta-rs, registers new
 subjects as dynamic partitions and requests a run per dirty subject, tagged with the
 subject (the instance allows one run per subject tag at a time). Run keys derive from the
-pending files' content hashes, so a re-notified unchanged file launches nothing.
+pending files' content hashes, so a re-notified unchanged file launches nothing. The
+decision is kept from tick to tick (`sensors/telemetry_decision.py`), so a tick costs the
+files and control rows that changed.
 """
 
 import datetime as dt
@@ -12,8 +14,6 @@ from functools import partial
 
 import dagster as dg
 
-from assets.telemetry import control
-from assets.telemetry.pending import pending_subjects
 from assets.telemetry.pipeline import telemetry_job
 from assets.telemetry.settings import LANDING_PREFIX, REPORT_SUFFIX, TelemetrySettings
 from assets.telemetry.subjects import (
@@ -23,7 +23,7 @@ from assets.telemetry.subjects import (
     subjects,
 )
 from resources import Lakehouse, LandingZone
-from sensors import file_state
+from sensors import file_state, telemetry_decision
 from sensors.cadence import file_sensor
 
 
@@ -43,52 +43,49 @@ def telemetry_files(
     scan = file_state.scan(
         telemetry_files.name, context, lakehouse, landing, [(LANDING_PREFIX, REPORT_SUFFIX)]
     )
-    current, previous_subjects = scan.current, scan.seen.labels
-    subject_by_path, unplaced = {}, []
-    for path in current:
-        subject = (
-            None if scan.is_new_content(path) else previous_subjects.get(path)
-        ) or subject_of(path, telemetry_settings, partial(landing.head, path))
-        if subject is not None:
-            subject_by_path[path] = subject
+    decision = telemetry_decision.kept(lakehouse, telemetry_files.name)
+    index = decision.index
+    if scan.looked_at is not None and decision.files_version == scan.seen.version:
+        paths, known_subjects = scan.touched, set()
+    else:
+        # This process's index is not of the state the scan started from: every file.
+        paths = scan.current.keys() | scan.seen.fingerprints.keys() | index.landed_paths()
+        known_subjects = set(scan.seen.labels.values())
+    relabel, unplaced, refused, seen_first = {}, [], {}, set()
+    for path in sorted(paths):
+        fingerprint = scan.current.get(path)
+        subject = None
+        if fingerprint is not None:
+            subject = (
+                None if scan.is_new_content(path) else scan.seen.labels.get(path)
+            ) or subject_of(path, telemetry_settings, partial(landing.head, path))
+            if subject is None:
+                unplaced.append(path)
+            elif problem := partition_key_problem(subject):
+                refused[path] = (subject, f"{problem} (file {path})")
+                subject = None
+        if subject is not None and fingerprint is not None:
+            if not index.has_landed(subject) and subject not in known_subjects:
+                seen_first.add(subject)
+            relabel[path] = subject
+            index.land(path, (subject, fingerprint.sha256))
         else:
-            unplaced.append(path)
+            index.land(path, None)
     if unplaced:
         context.log.warning(
             f"ignoring {len(unplaced)} report file(s) that name no subject under the "
             f"{telemetry_settings.subject_rule!r} rule (the folder rule's layout is "
             f"{LANDING_PREFIX}/<subject>/<file>{REPORT_SUFFIX}): {', '.join(unplaced[:20])}"
         )
-
-    refused: dict[str, str] = {}
-    landed = {}
-    for path, subject in subject_by_path.items():
-        problem = partition_key_problem(subject)
-        if problem:
-            refused[subject] = f"{problem} (file {path})"
-        else:
-            landed[path] = (subject, current[path].sha256)
-    for subject, problem in sorted(refused.items()):
+    for subject, problem in sorted(dict(refused.values()).items()):
         context.log.error(f"telemetry subject {subject!r} cannot be a partition key: {problem}")
 
-    states = control.file_states(lakehouse)
-    blacklist = {
-        r["source"]: r["subject_key"]
-        for r in control.read_records(lakehouse, control.BLACKLIST, None)
-    }
-    released = control.released(control.quarantine_entries(lakehouse))
-    subject_keys = sorted(
-        {s for s, _ in landed.values()} | {s.subject_key for s in states.values()}
-    )
-    pending = pending_subjects(
-        landed,
-        states,
-        blacklist=blacklist,
-        released=released,
-        reflected=control.reconciled_versions(lakehouse, subject_keys),
-        now=dt.datetime.now(dt.UTC),
-    )
-    seen_first = {s for s, _ in landed.values()} - set(previous_subjects.values())
+    telemetry_decision.follow_control_tables(decision, lakehouse)
+    pending = index.pending(decision.reflected, dt.datetime.now(dt.UTC))
+    # Files with no subject, or one no partition can have, are not remembered: looked at
+    # (and named in the log) again while they are there.
+    cursor = scan.cursor(lakehouse, leave_out=[*unplaced, *refused], relabel=relabel)
+    decision.files_version = file_state.cursor_extra(cursor, "state_version")
     return dg.SensorResult(
         run_requests=[
             dg.RunRequest(
@@ -105,5 +102,5 @@ def telemetry_files(
         dynamic_partitions_requests=[subjects.build_add_request(sorted(seen_first))]
         if seen_first
         else [],
-        cursor=scan.cursor(lakehouse, labels=subject_by_path),
+        cursor=cursor,
     )

@@ -3,6 +3,7 @@ the real sensor; runs are materialized in-process exactly as the sensor asks."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 
 import dagster as dg
@@ -19,8 +20,9 @@ from assets.telemetry import (
     telemetry_raw,
     telemetry_running_totals,
 )
+from assets.telemetry.pending import PendingSubject, pending_subjects
 from resources import Lakehouse, LandingZone
-from sensors import telemetry_files
+from sensors import file_state, telemetry_files
 
 TELEMETRY_ASSETS = [telemetry_raw, telemetry_running_totals, telemetry_hourly]
 """The telemetry pipeline's assets, built together by one run of telemetry_job."""
@@ -60,7 +62,35 @@ class Deployment:
     def tick(self) -> dg.SensorResult:
         result = evaluate_tick(telemetry_files, self.instance, self.cursor, self.resources)
         self.cursor = result.cursor
+        assert [r.run_key for r in result.run_requests] == [
+            p.run_key for p in self.decided_from_scratch()
+        ], "the decision kept from tick to tick differs from one made from every file"
         return result
+
+    def decided_from_scratch(self) -> list[PendingSubject]:
+        """The sensor's decision made from every remembered file and whole control tables,
+        as a process that kept nothing between ticks would make it."""
+        seen = file_state.load(self.lakehouse, telemetry_files.name, self.cursor)
+        landed = {
+            path: (seen.labels[path], fingerprint.sha256)
+            for path, fingerprint in seen.fingerprints.items()
+            if path in seen.labels
+        }
+        states = control.file_states(self.lakehouse)
+        subject_keys = sorted(
+            {s for s, _ in landed.values()} | {s.subject_key for s in states.values()}
+        )
+        return pending_subjects(
+            landed,
+            states,
+            blacklist={
+                r["source"]: r["subject_key"]
+                for r in control.read_records(self.lakehouse, control.BLACKLIST, None)
+            },
+            released=control.released(control.quarantine_entries(self.lakehouse)),
+            reflected=control.reconciled_versions(self.lakehouse, subject_keys),
+            now=dt.datetime.now(dt.UTC),
+        )
 
     def materialize(self, subject: str, tags: dict | None = None) -> dg.ExecuteInProcessResult:
         if not self.instance.has_dynamic_partition(subjects.name, subject):
@@ -74,6 +104,16 @@ class Deployment:
         )
         self.runs.append(result)
         return result
+
+    def operate(self, job: dg.JobDefinition, source: str) -> dg.ExecuteInProcessResult:
+        """An operator job (blacklist, re-ingest, release) run on one file, as from the UI."""
+        return job.execute_in_process(
+            run_config={
+                "ops": {job.nodes[0].name: {"config": {"source": source, "reason": "test"}}}
+            },
+            resources={"lakehouse": self.lakehouse},
+            instance=self.instance,
+        )
 
     def run_pending(self) -> list[dg.RunRequest]:
         """One sensor tick, then every run it asked for (a run key is launched once)."""

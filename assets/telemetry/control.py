@@ -113,7 +113,7 @@ HOUR_START_SCHEMA = pa.schema(
 Status = Literal["ingested", "waiting", "retrying", "failed", "quarantined", "blacklisted"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileState:
     """What the platform knows of one landed report file."""
 
@@ -226,8 +226,13 @@ FREQUENT_CHECKPOINTS = {"delta.checkpointInterval": "10"}
 # replacement rewrites the files straddling its edges and drops those inside, instead of
 # copying a whole file or subject history that is mostly kept.
 SMALL_FILES = {**FREQUENT_CHECKPOINTS, "delta.targetFileSize": str(2 * 1024 * 1024)}
+# The sensor follows the tables its decision rests on through their change data feed: a
+# tick reads the rows the commits since its last tick changed, not the whole table.
+FOLLOWED = (FILE_STATE, BLACKLIST, QUARANTINE)
+CHANGE_FEED = {**FREQUENT_CHECKPOINTS, "delta.enableChangeDataFeed": "true"}
 TABLE_PROPERTIES: Mapping[str, Mapping[str, str]] = {
     **dict.fromkeys(SCHEMAS, FREQUENT_CHECKPOINTS),
+    **dict.fromkeys(FOLLOWED, CHANGE_FEED),
     RAW: SMALL_FILES,
     WITHIN_HOUR: SMALL_FILES,
 }

@@ -2,6 +2,7 @@
 
 from resources.lakehouse.port import (
     AppTransaction,
+    ChangesUnavailableError,
     Column,
     CommitConflictError,
     CommitResult,
@@ -30,6 +31,7 @@ __all__ = [
     "Stream",
     "TableNotFoundError",
     "VersionUnavailableError",
+    "ChangesUnavailableError",
     "WhenMatchedDelete",
     "WhenMatchedUpdate",
     "WhenNotMatchedInsert",

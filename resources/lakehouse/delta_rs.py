@@ -472,6 +472,15 @@ class DeltaRsEngine(port.DeltaEngine):
         )
         return _own_commit(target, metadata)
 
+    def changes(self, table: str, *, after: int, until: int) -> pa.Table:
+        try:
+            feed = self._table(table).load_cdf(starting_version=after + 1, ending_version=until)
+            return pa.table(feed.read_all())
+        # A file gone comes out of the stream as a bare Exception (through Arrow's C data
+        # interface), not as a DeltaError.
+        except Exception as e:
+            raise port.ChangesUnavailableError(table, after, until, str(e)) from e
+
     def file_uris(self, table: str, version: int) -> list[str]:
         return self._table(table, version).file_uris()
 

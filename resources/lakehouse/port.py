@@ -88,6 +88,18 @@ class VersionUnavailableError(LakehouseError):
         self.version = version
 
 
+class ChangesUnavailableError(LakehouseError):
+    """The changes of some versions cannot be read (a version or file is gone): read the
+    table itself instead."""
+
+    def __init__(self, table: str, after: int, until: int, reason: str) -> None:
+        super().__init__(
+            f"the changes of Delta table {table!r} after version {after} up to {until} "
+            f"are not available: {reason}"
+        )
+        self.table = table
+
+
 class CommitConflictError(LakehouseError):
     """Concurrent writers kept conflicting with this commit after every retry."""
 
@@ -414,6 +426,15 @@ class DeltaEngine(ABC):
         partition: Mapping[str, Value] | None,
         metadata: Mapping[str, Any],
     ) -> HistoryEntry | None: ...
+
+    @abstractmethod
+    def changes(self, table: str, *, after: int, until: int) -> pa.Table:
+        """The rows each commit after version `after` up to `until` removed and added:
+        the table's columns, plus `_change_type` (insert, delete, update_preimage,
+        update_postimage) and `_commit_version`. From the change data feed where the table
+        keeps one (`delta.enableChangeDataFeed`): the changed rows alone; else the rows of
+        the files each commit removed and added (the changed rows, and the rows copied
+        along with them). A `ChangesUnavailableError` when a version or file is gone."""
 
     @abstractmethod
     def file_uris(self, table: str, version: int) -> list[str]:

@@ -245,6 +245,11 @@ class Lakehouse(dg.ConfigurableResource):
         """Commits newest first, each with the commit metadata its writer attached."""
         return self._delta().history(self.uri(table), limit=limit)
 
+    def changes(self, table: str, *, after: int, until: int) -> pa.Table:
+        """The rows the commits after version `after` up to `until` changed (see
+        `DeltaEngine.changes`)."""
+        return self._delta().changes(self.uri(table), after=after, until=until)
+
     def app_transaction_version(self, table: str, app_id: str) -> int | None:
         return self._delta().app_transaction_version(self.uri(table), app_id)
 

@@ -12,6 +12,7 @@ import pytest
 from resources import Lakehouse, SparkResource
 from resources.lakehouse import (
     AppTransaction,
+    ChangesUnavailableError,
     LakehouseError,
     StaleWriteError,
     Stream,
@@ -321,6 +322,66 @@ def test_restore_where_moves_only_the_rows_it_names(lake):
     assert rows(lake, "t") == [("a", 1, "x"), ("b", 2, "y2"), ("c", 3, "z")]
     lake.restore_where("t", 0, where=eq("day", day[2]), metadata=META)
     assert rows(lake, "t") == [("a", 1, "x"), ("b", 2, "y2")]
+
+
+def test_the_change_feed_names_the_rows_each_commit_changed(lake):
+    """What a follower of a table reads instead of the table: each commit's changed rows,
+    whichever engine wrote them, a restore included."""
+    feed = {"delta.enableChangeDataFeed": "true"}
+    lake.append("t", devices([("a", 1, "x"), ("b", 2, "y")]), metadata=META, table_properties=feed)
+    lake.merge(
+        "t",
+        devices([("a", 1, "x2"), ("c", 3, "z")]),
+        on=matches("device"),
+        clauses=[WhenMatchedUpdate(), WhenNotMatchedInsert()],
+        metadata=META,
+    )
+    lake.delete("t", where=eq("device", "b"), metadata=META)
+    lake.restore("t", 1, metadata=META)
+
+    def changed(after: int, until: int) -> list[tuple]:
+        rows = lake.changes("t", after=after, until=until).to_pylist()
+        return sorted(
+            (r["_commit_version"], r["_change_type"], r["device"], r["name"]) for r in rows
+        )
+
+    assert changed(0, 1) == [
+        (1, "insert", "c", "z"),
+        (1, "update_postimage", "a", "x2"),
+        (1, "update_preimage", "a", "x"),
+    ]
+    assert changed(1, 2) == [(2, "delete", "b", "y")]
+    restored = changed(2, 3)
+    inserted = sorted(r[2:] for r in restored if r[1] == "insert")
+    deleted = sorted(r[2:] for r in restored if r[1] == "delete")
+    # A restore swaps files: the rows of the files it removes, and of those it brings back.
+    assert [r for r in inserted if r not in deleted] == [("b", "y")]
+
+
+def test_without_a_feed_the_changes_are_the_rows_of_the_files_each_commit_swapped(lake):
+    """A table made before its feed was enabled: a follower still gets what each commit
+    removed and added, the changed rows among the rows copied along with them."""
+    lake.append("t", devices([("a", 1, "x"), ("b", 2, "y")]), metadata=META)
+    lake.merge(
+        "t",
+        devices([("a", 1, "x2")]),
+        on=matches("device"),
+        clauses=[WhenMatchedUpdate()],
+        metadata=META,
+    )
+    changes = lake.changes("t", after=0, until=1).to_pylist()
+    removed = sorted((r["device"], r["name"]) for r in changes if r["_change_type"] == "delete")
+    added = sorted((r["device"], r["name"]) for r in changes if r["_change_type"] == "insert")
+    assert ("a", "x") in removed and ("a", "x2") in added
+    assert sorted(set(added) - set(removed)) == [("a", "x2")]
+
+
+def test_changes_whose_files_were_vacuumed_are_refused_by_name(lake):
+    lake.append("t", devices([("a", 1, "x")]), metadata=META)
+    lake.overwrite("t", devices([("b", 2, "y")]), metadata=META)
+    lake.vacuum("t", retention_hours=0)
+    with pytest.raises(ChangesUnavailableError, match="'.*t'.*after version 0 up to 1"):
+        lake.changes("t", after=0, until=1)
 
 
 def test_history_returns_commit_metadata_newest_first(lake):

@@ -17,7 +17,7 @@ from support import sensor_resources
 from assets.warehouse import event_batches
 from resources import LandingZone
 from resources.lakehouse.predicates import eq
-from sensors import file_state, listing
+from sensors import file_state
 from sensors.event_batches import event_batch_files
 
 SENSOR = event_batch_files.name
@@ -136,22 +136,6 @@ def test_a_version_whose_log_was_cleaned_up_falls_back_to_the_latest_state(
     result = tick(first.cursor)
     assert result.run_requests == []  # b2 was already requested by the lost tick
     assert result.cursor == second.cursor
-
-
-@pytest.fixture
-def restart():
-    """What a new code server process starts from: no listing and no state in memory (the
-    sensor's state is read from the table, and every file is listed once)."""
-
-    def forget() -> None:
-        for found in listing._LISTINGS.values():
-            found.close()
-        listing._LISTINGS.clear()
-        file_state._REMEMBERED.clear()
-
-    forget()
-    yield forget
-    forget()
 
 
 def looked_at(landing, cursor: str | None) -> set[str] | None:

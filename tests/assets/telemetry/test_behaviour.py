@@ -8,7 +8,6 @@ import logging
 import os
 import random
 
-import dagster as dg
 import pytest
 from support import VanishingListing
 from telemetry_history import START, ReportFile, expected_hourly, expected_totals, history, report
@@ -22,14 +21,6 @@ from assets.telemetry import (
 )
 
 FILES = history(["Tool01"], files_per_subject=6, rows_per_file=40)
-
-
-def operator(deployment, job, source: str) -> dg.ExecuteInProcessResult:
-    return job.execute_in_process(
-        run_config={"ops": {job.nodes[0].name: {"config": {"source": source, "reason": "test"}}}},
-        resources={"lakehouse": deployment.lakehouse},
-        instance=deployment.instance,
-    )
 
 
 @pytest.mark.long_on_delta_spark
@@ -147,7 +138,7 @@ def test_a_rewritten_file_replaces_all_its_rows(deployment):
 def test_blacklist_removes_a_files_rows_and_repairs_the_totals(deployment):
     deployment.deliver(FILES)
     deployment.run_pending()
-    operator(deployment, blacklist_telemetry_file, FILES[2].path)
+    deployment.operate(blacklist_telemetry_file, FILES[2].path)
     (request,) = deployment.run_pending()
     assert "blacklisted" in request.tags["telemetry/pending"]
     kept = [f for f in FILES if f is not FILES[2]]
@@ -162,14 +153,14 @@ def test_blacklist_removes_a_files_rows_and_repairs_the_totals(deployment):
 def test_reingest_replaces_a_files_rows_and_totals_stay_exact(deployment):
     deployment.deliver(FILES)
     deployment.run_pending()
-    operator(deployment, reingest_telemetry_file, FILES[1].path)
+    deployment.operate(reingest_telemetry_file, FILES[1].path)
     deployment.run_pending()
     raw = deployment.metadata(deployment.runs[-1], "telemetry_raw")
     assert raw["changes"] == {FILES[1].path: "reingest"}
     assert deployment.totals() == expected_totals(FILES)
     assert deployment.run_pending() == []
     with pytest.raises(ValueError, match="no telemetry file 'telemetry/Tool01/nope.csv' is known"):
-        operator(deployment, reingest_telemetry_file, "telemetry/Tool01/nope.csv")
+        deployment.operate(reingest_telemetry_file, "telemetry/Tool01/nope.csv")
 
 
 @pytest.mark.long_on_delta_spark
@@ -187,7 +178,7 @@ def test_a_file_beyond_the_lateness_horizon_is_quarantined_until_released(deploy
     assert entry.source == FILES[0].path and "lateness horizon is 18:00:00" in entry.reason
     assert deployment.run_pending() == []  # held, not retried
 
-    operator(deployment, release_quarantined_file, FILES[0].path)
+    deployment.operate(release_quarantined_file, FILES[0].path)
     deployment.run_pending()
     assert deployment.totals() == expected_totals(FILES)
     assert deployment.hourly() == expected_hourly(FILES)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import random
 
 import pytest
 
 from assets.telemetry import TelemetrySettings
 from assets.telemetry.control import FileState
-from assets.telemetry.pending import file_reason
+from assets.telemetry.pending import PendingIndex, file_reason, pending_subjects
 from assets.telemetry.subjects import partition_key_problem, subject_of
 
 NOW = dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
@@ -78,3 +79,71 @@ def test_pending_reasons():
     assert reason("h", state(status="quarantined"), released=True) == "released"
     assert reason("h", state(), blacklisted=True) == "blacklisted"
     assert reason("h", state(status="blacklisted"), blacklisted=True) is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_index_kept_fact_by_fact_decides_as_a_decision_from_scratch(seed):
+    """The sensor keeps its decision from tick to tick, changing only the facts that
+    moved. Random landings, states (retries falling due, spans moving back), blacklists,
+    releases and reflected versions, over many ticks: after each, the kept index asks for
+    exactly the runs a decision made from every fact would."""
+    rng = random.Random(seed)
+    sources = [f"telemetry/T{n % 3}/f{n}.csv" for n in range(12)]
+    index = PendingIndex()
+    landed: dict[str, tuple[str, str]] = {}
+    states: dict[str, FileState] = {}
+    blacklist: dict[str, str] = {}
+    released: set[tuple[str, str]] = set()
+    now = NOW
+    for _ in range(300):
+        source = rng.choice(sources)
+        subject = source.split("/")[1]
+        match rng.randrange(5):
+            case 0:
+                landed_as = (subject, rng.choice("hk")) if rng.random() < 0.8 else None
+                index.land(source, landed_as)
+                if landed_as is None:
+                    landed.pop(source, None)
+                else:
+                    landed[source] = landed_as
+            case 1:
+                new_state = None
+                if rng.random() < 0.9:
+                    version = rng.choice([None, *range(6)])
+                    new_state = state(
+                        source=source,
+                        subject_key=subject,
+                        content_hash=rng.choice("hk"),
+                        status=rng.choice(
+                            ["ingested", "retrying", "failed", "quarantined", "blacklisted"]
+                        ),
+                        attempts=rng.randrange(3),
+                        next_attempt_at=now + dt.timedelta(minutes=rng.randrange(-2, 4)),
+                        reingest_requested=rng.random() < 0.1,
+                        raw_version=version,
+                        dirty_start=None if version is None else NOW,
+                        dirty_end=None if version is None else NOW,
+                    )
+                index.set_state(source, new_state)
+                if new_state is None:
+                    states.pop(source, None)
+                else:
+                    states[source] = new_state
+            case 2:
+                listed = subject if rng.random() < 0.5 else None
+                index.set_blacklisted(source, listed)
+                if listed is None:
+                    blacklist.pop(source, None)
+                else:
+                    blacklist[source] = listed
+            case 3:
+                pair, is_released = (source, rng.choice("hk")), rng.random() < 0.5
+                index.set_released(*pair, is_released)
+                (released.add if is_released else released.discard)(pair)
+            case 4:
+                now += dt.timedelta(minutes=1)
+        reflected = {f"T{n}": rng.choice([None, *range(6)]) for n in range(3)}
+        scratch = pending_subjects(
+            landed, states, blacklist=blacklist, released=released, reflected=reflected, now=now
+        )
+        assert index.pending(reflected, now) == scratch
