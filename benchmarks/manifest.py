@@ -96,9 +96,17 @@ def main() -> int:
         for run in runs:
             write_run(landing, run)
 
+        cursor = None
+
         def tick():
-            context = dg.build_sensor_context(instance=instance, resources={"landing": landing})
-            return enriched_run_directories(context)
+            nonlocal cursor
+            resources = {"landing": landing, "lakehouse": lake}
+            with dg.build_sensor_context(
+                instance=instance, cursor=cursor, resources=resources
+            ) as context:
+                result = enriched_run_directories(context)
+            cursor = result.cursor
+            return result
 
         new_tick, first = timed(tick)
         assert len(first.run_requests) == args.runs

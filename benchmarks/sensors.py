@@ -10,6 +10,8 @@ changed, not the files known: the ratio large / small is the figure.
 - event_batch_files: `events/<batch_id>.jsonl`, one batch a file.
 - change_files: `devices_cdc/YYYY-MM-DD.csv`, one file a day, so at most one file per
   day of its calendar: `--small-days` against `--large-days` known days, ten new.
+- enriched_run_directories: `enriched/run=<id>/_SUCCESS`, one finished run directory a
+  file (its data files are not written: the sensor looks at `_SUCCESS` alone).
 - telemetry_files: `telemetry/<subject>/*.csv` over 20 subjects, every known file
   ingested (one `telemetry_file_state` row each), and before each tick a run's commit of
   the states of the files the tick before found, as `telemetry_raw` commits them.
@@ -45,6 +47,7 @@ from assets.telemetry.settings import TelemetrySettings  # noqa: E402
 from resources import Lakehouse, LandingZone, SparkResource  # noqa: E402
 from sensors import (  # noqa: E402
     change_files,
+    enriched_run_directories,
     event_batch_files,
     telemetry_files,
     visits_late_files,
@@ -79,6 +82,15 @@ def cdc_file(root: Path, index: int, *, new: bool = False) -> str:
     day = dt.date(2024, 1, 1) + dt.timedelta(days=index)
     (folder / f"{day.isoformat()}.csv").write_text(f"type;full_name;version\nphone;P{index};1\n")
     return f"devices_cdc/{day.isoformat()}.csv"
+
+
+def run_directory(root: Path, index: int, *, new: bool = False) -> str:
+    """A finished enriched run directory: one a second from 2024-01-01."""
+    started = dt.datetime(2024, 1, 1) + dt.timedelta(seconds=index)
+    path = f"enriched/run={started:%Y-%m-%d-%H-%M-%S}/_SUCCESS"
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    (root / path).write_bytes(b"")
+    return path
 
 
 REPORT = b"ts,in,out\n"
@@ -193,6 +205,14 @@ def main() -> None:
         ("event_batch_files", event_batch_files, batch_file, args.small, args.large, args.new),
         ("change_files", change_files, cdc_file, args.small_days, args.large_days, 10),
         ("telemetry_files", telemetry_files, report_file, args.small, args.large, args.new),
+        (
+            "enriched_run_directories",
+            enriched_run_directories,
+            run_directory,
+            args.small,
+            args.large,
+            args.new,
+        ),
     ]
     work_of_runs = {"telemetry_files": ingested}
     print(f"A tick finding new files among known ones (median of {REPEATS} ticks):")
@@ -201,7 +221,7 @@ def main() -> None:
         small_tick, small_runs = tick_cost(sensor, write, small, new, runs)
         large_tick, large_runs = tick_cost(sensor, write, large, new, runs)
         print(
-            f"  {name:18s} {new:4d} new among {small:7,d}: {small_tick:6.2f} s ({small_runs} "
+            f"  {name:24s} {new:4d} new among {small:7,d}: {small_tick:6.2f} s ({small_runs} "
             f"runs); among {large:7,d}: {large_tick:6.2f} s ({large_runs} runs); "
             f"large / small = {large_tick / small_tick:.2f} (bounds: 2 s, 1.5)",
             flush=True,

@@ -106,6 +106,13 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def in_progress(name: str, suffix: str = "") -> bool:
+    """Whether a file or folder `name` is a writer's work in progress: a hidden or
+    temporary name (leading '.' or '_'), unless it is the very name asked for (a marker
+    such as `_SUCCESS`, which a writer leaves when it is done)."""
+    return name.startswith((".", "_")) and name != suffix
+
+
 class LandingZone(dg.ConfigurableResource):
     """Source files under one local root (or a mount every Spark executor sees at the same
     path). Sensors list and fingerprint them here; Spark assets only list them here and
@@ -152,8 +159,8 @@ class LandingZone(dg.ConfigurableResource):
     ) -> tuple[builtins.list[FileStat], builtins.list[str]]:
         """The regular files directly in the absolute `folder` whose name ends with
         `suffix`, and its sub-folders (absolute; symbolic links to folders are not
-        followed). Hidden and temporary names (leading '.' or '_') are writers' work in
-        progress. Anything else with a file's name (a named pipe, a socket, a device, a
+        followed). Hidden and temporary names are writers' work in progress
+        (`in_progress`). Anything else with a file's name (a named pipe, a socket, a device, a
         symbolic link to nothing, a folder) is skipped with a warning naming it: reading a
         named pipe would block the run for ever. A folder gone since it was named has no
         files."""
@@ -170,7 +177,7 @@ class LandingZone(dg.ConfigurableResource):
         with entries:
             for entry in entries:
                 name = entry.name
-                if name.startswith((".", "_")):
+                if in_progress(name, suffix):
                     continue
                 # A folder named like a file is where a file belongs: named, not walked.
                 if entry.is_dir() and not (suffix and name.endswith(suffix)):

@@ -4,8 +4,9 @@
 (`enriched/run=<id>/` holding the upstream writer's `_SUCCESS`) as a partition of
 `enriched_runs` and requests its `enriched_run_job` run (run key `enriched:<id>`: a directory
 is requested once). A directory still being written (no `_SUCCESS`) is not picked up.
-A tick lists the folder names and looks for `_SUCCESS` in unregistered ones only, so it
-stays cheap with thousands of registered directories.
+Its tick is a file sensor's (`sensors/file_state.py`): it looks only at the `_SUCCESS`
+files that changed since the last tick, so it costs the directories that finished, not
+the directories ever loaded.
 
 `stuck_enriched_runs` takes up a run left in NEW or PROCESSED (a crash, a failed load)
 for longer than `stuck_after_minutes` with no Dagster run in progress for it: it requests
@@ -20,9 +21,10 @@ import dagster as dg
 
 from assets.warehouse import ManifestSettings, enriched_run_job, enriched_runs
 from assets.warehouse.manifest import load_manifest as manifest
-from assets.warehouse.manifest.enriched import ENRICHED_FOLDER, SUCCESS, run_folder, run_id_of
+from assets.warehouse.manifest.enriched import ENRICHED_FOLDER, SUCCESS, run_id_of
 from assets.warehouse.manifest.pipeline import ENRICHED_RUNS
 from resources import Lakehouse, LandingZone
+from sensors import file_state
 from sensors.cadence import file_sensor
 
 IN_PROGRESS = [
@@ -42,24 +44,33 @@ MAX_LOGGED = 20
     "(run key enriched:<id>). Directories still being written are left alone.",
 )
 def enriched_run_directories(
-    context: dg.SensorEvaluationContext, landing: LandingZone
+    context: dg.SensorEvaluationContext, landing: LandingZone, lakehouse: Lakehouse
 ) -> dg.SensorResult:
-    registered = set(context.instance.get_dynamic_partitions(ENRICHED_RUNS))
-    new, misnamed = [], []
-    for name in landing.folders(ENRICHED_FOLDER):
-        run_id = run_id_of(name)
-        if run_id is None:
-            misnamed.append(name)
-        elif run_id not in registered and landing.exists(f"{run_folder(run_id)}/{SUCCESS}"):
+    scan = file_state.scan(
+        enriched_run_directories.name, context, lakehouse, landing, [(ENRICHED_FOLDER, SUCCESS)]
+    )
+    new, misplaced = [], []
+    for path in sorted(scan.touched):
+        if path not in scan.current or path in scan.previous:
+            continue  # gone, or a directory already found
+        folder, _, name = path.removeprefix(f"{ENRICHED_FOLDER}/").partition("/")
+        run_id = run_id_of(folder)
+        if run_id is None or name != SUCCESS:
+            misplaced.append(path)
+        else:
             new.append(run_id)
-    if misnamed:
+    if misplaced:
         context.log.warning(
-            f"not run directories (the layout is {ENRICHED_FOLDER}/run=YYYY-MM-DD-HH-MM-SS/): "
-            + ", ".join(misnamed[:MAX_LOGGED])
+            f"not run directories (the layout is {ENRICHED_FOLDER}/run=YYYY-MM-DD-HH-MM-SS/"
+            f"{SUCCESS}): " + ", ".join(misplaced[:MAX_LOGGED])
         )
     return dg.SensorResult(
         run_requests=[dg.RunRequest(run_key=f"enriched:{r}", partition_key=r) for r in new],
+        # The directories new to the state: reading every registered key instead grows
+        # with the runs ever loaded (and the daemon skips any key already added).
         dynamic_partitions_requests=[enriched_runs.build_add_request(new)] if new else [],
+        # Off the layout: not remembered, named again while they are there.
+        cursor=scan.cursor(lakehouse, leave_out=misplaced),
     )
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from resources.landing import FileStat, LandingZone
+from resources.landing import FileStat, LandingZone, in_progress
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ class Listing:
                 if event.mask & (flags.MOVE_SELF | flags.DELETE_SELF):
                     return False  # a watched folder moved or went: its files' paths did
                 name = event.name
-                if not name or name.startswith((".", "_")):
+                if not name or in_progress(name, self.suffix):
                     continue
                 full = f"{folder}/{name}"
                 is_folder = event.mask & flags.ISDIR and not (

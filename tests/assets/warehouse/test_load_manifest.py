@@ -305,24 +305,33 @@ def test_conflicting_copies_of_one_event_are_refused(lakehouse, write_run, run_j
     )
 
 
-def test_the_sensor_registers_finished_directories_only(write_run, landing, instance):
+def test_the_sensor_registers_finished_directories_once(write_run, landing, lakehouse, instance):
     write_run(RUN_A, {"a.json": [page_view("p1")]})
     write_run(RUN_B, {"a.json": [page_view("p2")]}, finished=False)
-    (Path(landing.root) / "enriched" / "run=yesterday").mkdir()
+    misnamed = Path(landing.root) / "enriched" / "run=yesterday"
+    misnamed.mkdir()
+    (misnamed / SUCCESS).write_text("")
+    cursor = None
 
     def tick():
-        return enriched_run_directories(
-            dg.build_sensor_context(instance=instance, resources={"landing": landing})
-        )
+        nonlocal cursor
+        resources = {"landing": landing, "lakehouse": lakehouse}
+        with dg.build_sensor_context(
+            instance=instance, cursor=cursor, resources=resources
+        ) as context:
+            result = enriched_run_directories(context)
+        cursor = result.cursor
+        return result
 
     first = tick()
     assert [(r.partition_key, r.run_key) for r in first.run_requests] == [
         (RUN_A, f"enriched:{RUN_A}")
     ]
-    instance.add_dynamic_partitions(enriched_runs.name, [RUN_A])
+    assert first.dynamic_partitions_requests[0].partition_keys == [RUN_A]
     assert tick().run_requests == []
     (Path(landing.root) / run_folder(RUN_B) / SUCCESS).write_text("")
     assert [r.partition_key for r in tick().run_requests] == [RUN_B]
+    assert tick().run_requests == []
 
 
 @pytest.mark.long_on_delta_spark
