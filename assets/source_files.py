@@ -278,7 +278,11 @@ def wrong_kind(record: Column, field: str, expected: str) -> Column:
     """ "field 'x' is OBJECT, not text" when a top-level field of a VARIANT object is given
     (not null) with a JSON type other than `expected` (`STRING` or `OBJECT`); null
     otherwise. A value of another type is refused, never kept as its JSON text."""
-    kind = json_kind(record, field)
+    return wrong_kind_of(json_kind(record, field), field, expected)
+
+
+def wrong_kind_of(kind: Column, field: str, expected: str) -> Column:
+    """`wrong_kind`, given the field's `json_kind`."""
     return F.when(
         kind.isNotNull() & (kind != "VOID") & ~kind.startswith(expected),
         F.concat(
