@@ -7,8 +7,9 @@ was ingested, and a read of the whole file-state table besides. So the code serv
 the facts in a `PendingIndex` and brings them up to date:
 - landed files: only the paths the file scan touched;
 - file states, blacklist and quarantine: only the rows their commits since the last tick
-  changed, from the tables' change data feed; the whole table when the feed cannot tell
-  (a table made before the feed was enabled, a version gone, a table made anew);
+  changed, from the tables' change data feed (on a table made before the feed was
+  enabled, the rows of the files those commits swapped); the whole table when the
+  changes cannot be read (a version or file gone, a table made anew);
 - reflected versions: looked up again only when a derived table committed.
 
 A tick in a process that kept nothing (after a restart), or whose kept files are not the
@@ -54,12 +55,6 @@ def kept(lakehouse: Lakehouse, sensor: str) -> Decision:
     """The decision this process keeps for the sensor over this lakehouse."""
     with _LOCK:
         return _KEPT.setdefault((lakehouse.uri(control.FILE_STATE), sensor), Decision())
-
-
-def forget_all() -> None:
-    """Drop every kept decision, as a restarted code server has none."""
-    with _LOCK:
-        _KEPT.clear()
 
 
 def follow_control_tables(decision: Decision, lakehouse: Lakehouse) -> None:

@@ -196,11 +196,11 @@ class PendingIndex:
                 # Not due yet (file_reason would have named it): decided again once it is.
                 self._retry_at[source] = state.next_attempt_at
         elif (
-            (subject := self._blacklist.get(source)) is not None
+            (listed_for := self._blacklist.get(source)) is not None
             and state is not None
             and state.status != "blacklisted"
         ):
-            decided = (subject, "blacklisted")
+            decided = (listed_for, "blacklisted")
         before = self._reason_of.pop(source, None)
         if before is not None:
             whys = self._reasons[before[0]]

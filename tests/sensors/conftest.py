@@ -17,7 +17,7 @@ def restart():
             found.close()
         listing._LISTINGS.clear()
         file_state._REMEMBERED.clear()
-        telemetry_decision.forget_all()
+        telemetry_decision._KEPT.clear()
 
     forget()
     yield forget

@@ -81,6 +81,14 @@ def test_pending_reasons():
     assert reason("h", state(status="blacklisted"), blacklisted=True) is None
 
 
+def put(facts: dict, key, value) -> None:
+    """Set `key` to `value` in the facts told from scratch (None: remove it)."""
+    if value is None:
+        facts.pop(key, None)
+    else:
+        facts[key] = value
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_the_index_kept_fact_by_fact_decides_as_a_decision_from_scratch(seed):
     """The sensor keeps its decision from tick to tick, changing only the facts that
@@ -102,10 +110,7 @@ def test_the_index_kept_fact_by_fact_decides_as_a_decision_from_scratch(seed):
             case 0:
                 landed_as = (subject, rng.choice("hk")) if rng.random() < 0.8 else None
                 index.land(source, landed_as)
-                if landed_as is None:
-                    landed.pop(source, None)
-                else:
-                    landed[source] = landed_as
+                put(landed, source, landed_as)
             case 1:
                 new_state = None
                 if rng.random() < 0.9:
@@ -125,17 +130,11 @@ def test_the_index_kept_fact_by_fact_decides_as_a_decision_from_scratch(seed):
                         dirty_end=None if version is None else NOW,
                     )
                 index.set_state(source, new_state)
-                if new_state is None:
-                    states.pop(source, None)
-                else:
-                    states[source] = new_state
+                put(states, source, new_state)
             case 2:
                 listed = subject if rng.random() < 0.5 else None
                 index.set_blacklisted(source, listed)
-                if listed is None:
-                    blacklist.pop(source, None)
-                else:
-                    blacklist[source] = listed
+                put(blacklist, source, listed)
             case 3:
                 pair, is_released = (source, rng.choice("hk")), rng.random() < 0.5
                 index.set_released(*pair, is_released)
