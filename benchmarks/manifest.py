@@ -24,11 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import dagster as dg  # noqa: E402
+from ticks import evaluate_tick  # noqa: E402
 
-from assets.warehouse import ManifestSettings, enriched_runs  # noqa: E402
+from assets.warehouse import ManifestSettings  # noqa: E402
 from assets.warehouse.manifest import load_manifest as manifest  # noqa: E402
 from assets.warehouse.manifest.enriched import SUCCESS, run_folder  # noqa: E402
 from assets.warehouse.manifest.loader import DEFAULT_EVENT_TABLES, load, warehouse_table  # noqa: E402
@@ -101,16 +103,12 @@ def main() -> int:
         def tick():
             nonlocal cursor
             resources = {"landing": landing, "lakehouse": lake}
-            with dg.build_sensor_context(
-                instance=instance, cursor=cursor, resources=resources
-            ) as context:
-                result = enriched_run_directories(context)
+            result = evaluate_tick(enriched_run_directories, instance, cursor, resources)
             cursor = result.cursor
             return result
 
         new_tick, first = timed(tick)
         assert len(first.run_requests) == args.runs
-        instance.add_dynamic_partitions(enriched_runs.name, runs)
         known_tick, second = timed(tick)
         assert second.run_requests == []
 

@@ -38,9 +38,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(PROJECT_ROOT))
+sys.path[:0] = [str(PROJECT_ROOT), str(PROJECT_ROOT / "tests")]
 
 import dagster as dg  # noqa: E402
+from ticks import evaluate_tick  # noqa: E402
 
 from assets.telemetry import control  # noqa: E402
 from assets.telemetry.settings import TelemetrySettings  # noqa: E402
@@ -138,14 +139,6 @@ def ingested(resources: dict, paths: list[str]) -> None:
     )
 
 
-def tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, resources: dict, cursor):
-    with dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources) as context:
-        result = sensor(context)
-    for request in result.dynamic_partitions_requests or []:
-        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-    return result
-
-
 def tick_cost(
     sensor: dg.SensorDefinition,
     write: Callable[..., str],
@@ -166,7 +159,7 @@ def tick_cost(
             "telemetry_settings": TelemetrySettings(),
         }
         instance = dg.DagsterInstance.from_config(str(_home(work)))
-        cursor = tick(sensor, instance, resources, None).cursor
+        cursor = evaluate_tick(sensor, instance, None, resources).cursor
         seconds, requested = [], 0
         for repeat in range(REPEATS):
             if after_tick is not None:
@@ -176,7 +169,7 @@ def tick_cost(
                 for index in range(known + repeat * new, known + (repeat + 1) * new)
             ]
             started = time.perf_counter()
-            result = tick(sensor, instance, resources, cursor)
+            result = evaluate_tick(sensor, instance, cursor, resources)
             seconds.append(time.perf_counter() - started)
             requested, cursor = len(result.run_requests), result.cursor
         instance.dispose()

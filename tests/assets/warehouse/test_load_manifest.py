@@ -14,6 +14,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from support import DELTA_JARS
+from ticks import evaluate_tick
 
 from assets.warehouse import (
     ManifestSettings,
@@ -316,10 +317,7 @@ def test_the_sensor_registers_finished_directories_once(write_run, landing, lake
     def tick():
         nonlocal cursor
         resources = {"landing": landing, "lakehouse": lakehouse}
-        with dg.build_sensor_context(
-            instance=instance, cursor=cursor, resources=resources
-        ) as context:
-            result = enriched_run_directories(context)
+        result = evaluate_tick(enriched_run_directories, instance, cursor, resources)
         cursor = result.cursor
         return result
 
