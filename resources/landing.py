@@ -206,18 +206,6 @@ class LandingZone(dg.ConfigurableResource):
             return None
         return FileStat(relative, st.st_size, st.st_mtime_ns)
 
-    def folders(self, prefix: str) -> builtins.list[str]:  # `list` is the method above
-        """The names of the folders directly under `prefix`, sorted; hidden and `_`-prefixed
-        ones (writers' work in progress) are left out."""
-        base = self.absolute(prefix)
-        if not base.is_dir():
-            return []
-        return sorted(
-            entry.name
-            for entry in os.scandir(base)
-            if entry.is_dir(follow_symlinks=False) and not entry.name.startswith((".", "_"))
-        )
-
     def exists(self, path: str) -> bool:
         return self.absolute(path).is_file()
 
