@@ -124,10 +124,6 @@ class PendingIndex:
 
     # -- what the facts say -------------------------------------------------------------
 
-    def landed_subject(self, path: str) -> str | None:
-        landed = self._landed.get(path)
-        return None if landed is None else landed[0]
-
     def landed_paths(self) -> set[str]:
         return set(self._landed)
 
