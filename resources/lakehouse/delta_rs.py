@@ -162,10 +162,11 @@ class DeltaRsEngine(port.DeltaEngine):
     ) -> None:
         self._spark = spark
         self._storage_options = dict(storage_options) if storage_options else None
-        # Each table's latest snapshot, brought up to date before every use: reading the
-        # commits since the last use costs a listing of the log, where opening the table
-        # anew reads its checkpoint and every commit after it, for each of the dozen
-        # operations a partition's write makes. A table dropped through the lakehouse is
+        # Each table's latest snapshot, brought up to date before every use but a commit
+        # on this engine's own last one (`_own_tips`): reading the commits since the last
+        # use costs a listing of the log, where opening the table anew reads its
+        # checkpoint and every commit after it, for each of the dozen operations a
+        # partition's write makes. A table dropped through the lakehouse is
         # forgotten; one deleted by hand and created again while a run is going is not
         # (delta-rs brings a snapshot of a deleted table "up to date" without a word, so
         # writes still ask the store whether the table exists first).
@@ -177,11 +178,20 @@ class DeltaRsEngine(port.DeltaEngine):
         finds an app id's version by reading the log from its checkpoint on, each time
         (9 ms a lookup at 364 files, growing with the table): a range run checks one app
         id a partition, and every commit since it last looked is usually its own."""
+        self._own_tips: dict[str, int] = {}
+        """Per table, the version this engine's last write or merge committed. The next
+        write or merge commits on the snapshot that commit left, without asking the log
+        for newer commits first (a listing of it: 3 ms a partition of a range run at 364
+        commits, growing with the log): Delta's optimistic concurrency checks the commits
+        since then as it commits, and refuses a commit that a newer one carrying the same
+        app id, or touching the files it read or replaces, makes wrong. The refused
+        commit is retried (the lakehouse's commit loop) on a snapshot brought up to date."""
 
     def forget(self, table: str) -> None:
         self._latest.pop(table, None)
         self._opened_at.pop(table, None)
         self._app_versions.pop(table, None)
+        self._own_tips.pop(table, None)
 
     def _app_version(self, table: str, snapshot: DeltaTable, app_id: str) -> int | None:
         """`app_id`'s version in `snapshot` (the table's latest), from what was looked up
@@ -208,7 +218,17 @@ class DeltaRsEngine(port.DeltaEngine):
             if app_transaction is not None:
                 known[app_transaction.app_id] = app_transaction.version
             self._app_versions[table] = (commit.version, known)
+        if commit is not None:
+            self._own_tips[table] = commit.version
         return commit
+
+    def _target(self, table: str) -> DeltaTable:
+        """The snapshot a write or merge of `table` commits on (see `_own_tips`)."""
+        return self._table(table, fresh_as_of=self._own_tips.get(table))
+
+    def _refused(self, table: str) -> None:
+        """A commit of `table` lost a race: its retry starts from the table's latest."""
+        self._own_tips.pop(table, None)
 
     def _table(
         self, table: str, version: int | None = None, *, fresh_as_of: int | None = None
@@ -217,16 +237,16 @@ class DeltaRsEngine(port.DeltaEngine):
         call, brought up to date, or as it is when it is already at `fresh_as_of` or
         later (a write leaves its snapshot at its own commit: nothing to ask the store)."""
         if version is None and (latest := self._latest.get(table)) is not None:
-            if fresh_as_of is not None and latest.version() >= fresh_as_of:
-                return latest
-            try:
-                latest.update_incremental()
-            except (DeltaError, OSError):
-                self.forget(table)  # gone or replaced under us: open it anew
-            else:
+            if fresh_as_of is None or latest.version() < fresh_as_of:
+                try:
+                    latest.update_incremental()
+                except (DeltaError, OSError):
+                    self.forget(table)  # gone or replaced under us: open it anew
+                    latest = None
+            if latest is not None:
                 if latest.version() - self._opened_at[table] < _REOPEN_AFTER:
                     return latest
-                del self._latest[table]  # reopened below, at the same table version
+                del self._latest[table]  # reopened below, at its latest version
         try:
             delta = DeltaTable(table, version=version, storage_options=self._storage_options)
         except TableNotFoundError as e:
@@ -336,29 +356,34 @@ class DeltaRsEngine(port.DeltaEngine):
         app_transaction: port.AppTransaction | None,
     ) -> port.HistoryEntry | None:
         try:
-            target: DeltaTable | None = self._table(table)
+            target: DeltaTable | None = self._target(table)
         except port.TableNotFoundError:
             target = None
         if target is not None and app_transaction:
             port.require_advance(
                 table, app_transaction, self._app_version(table, target, app_transaction.app_id)
             )
-        write_deltalake(  # type: ignore[misc]  # too many unions to check the overloads
-            target if target is not None else table,
-            _as_arrow(data),
-            mode=mode,  # type: ignore[arg-type]  # overloads split modes; both take these
-            # The predicate and partitioning go with every write, creating ones included:
-            # a writer that saw no table may find one created by a concurrent writer by
-            # the time it commits, and must then still replace only its own window.
-            predicate=render(where, "datafusion"),
-            partition_by=list(partition_by) if partition_by else None,
-            configuration=(
-                None if target is not None or not table_properties else dict(table_properties)
-            ),
-            storage_options=self._storage_options,
-            commit_properties=_commit_properties(metadata, app_transaction),
-            post_commithook_properties=_post_commit(target),
-        )
+        try:
+            write_deltalake(  # type: ignore[misc]  # too many unions to check the overloads
+                target if target is not None else table,
+                _as_arrow(data),
+                mode=mode,  # type: ignore[arg-type]  # overloads split modes; both take these
+                # The predicate and partitioning go with every write, creating ones
+                # included: a writer that saw no table may find one created by a
+                # concurrent writer by the time it commits, and must then still replace
+                # only its own window.
+                predicate=render(where, "datafusion"),
+                partition_by=list(partition_by) if partition_by else None,
+                configuration=(
+                    None if target is not None or not table_properties else dict(table_properties)
+                ),
+                storage_options=self._storage_options,
+                commit_properties=_commit_properties(metadata, app_transaction),
+                post_commithook_properties=_post_commit(target),
+            )
+        except CommitFailedError:
+            self._refused(table)
+            raise
         if target is not None:
             return self._committed(table, _own_commit(target, metadata), app_transaction)
         return _own_commit(self._table(table), metadata, depth=_CREATION_RACE_DEPTH)
@@ -373,7 +398,7 @@ class DeltaRsEngine(port.DeltaEngine):
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
     ) -> port.HistoryEntry | None:
-        target = self._table(table)
+        target = self._target(table)
         if app_transaction:
             port.require_advance(
                 table, app_transaction, self._app_version(table, target, app_transaction.app_id)
@@ -404,7 +429,11 @@ class DeltaRsEngine(port.DeltaEngine):
                         _assignments(clause.values), predicate=condition
                     )
                 )
-        merger.execute()
+        try:
+            merger.execute()
+        except CommitFailedError:
+            self._refused(table)
+            raise
         return self._committed(table, _own_commit(target, metadata), app_transaction)
 
     def delete(

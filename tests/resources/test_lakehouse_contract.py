@@ -467,6 +467,36 @@ def test_a_writer_sees_an_app_transaction_another_writer_committed_since_it_look
     assert rows(lake, "t") == [("a", 1, "v1"), ("a", 2, "other"), ("b", 1, "v1")]
 
 
+def test_a_writer_following_its_own_commits_still_replaces_what_another_wrote_since(lake):
+    """A writer's next write or merge commits on the snapshot its last commit left,
+    without looking for newer commits first (delta-rs): another writer's commits since
+    then are checked as it commits. One that replaced the same partition makes it commit
+    again on the latest snapshot, so no row of it is kept twice; one elsewhere is kept."""
+    day = eq("day", dt.date(2024, 1, 1))
+    lake.overwrite("t", devices([("a", 1, "mine")]), where=day, metadata=META)
+    other = Lakehouse(root=lake.root, engine=lake.engine, spark=lake.spark)
+    other.overwrite("t", devices([("a", 1, "theirs")]), where=day, metadata=META)
+    other.append("t", devices([("b", 2, "theirs")]), metadata=META)
+    lake.overwrite("t", devices([("a", 1, "mine again")]), where=day, metadata=META)
+    assert rows(lake, "t") == [("a", 1, "mine again"), ("b", 2, "theirs")]
+    other.merge(
+        "t",
+        devices([("a", 1, "merged")]),
+        on=matches("device"),
+        clauses=[WhenMatchedUpdate()],
+        metadata=META,
+    )
+    lake.merge(
+        "t",
+        devices([("a", 1, "merged again"), ("c", 1, "new")]),
+        on=matches("device"),
+        clauses=[WhenMatchedUpdate(), WhenNotMatchedInsert()],
+        metadata=META,
+    )
+    assert rows(lake, "t") == [("a", 1, "merged again"), ("b", 2, "theirs"), ("c", 1, "new")]
+    assert lake.version("t") == 5
+
+
 def test_vacuum_removes_replaced_files_and_restore_then_refuses(lake):
     lake.append("t", devices([("a", 1, "x")]), metadata=META)
     lake.overwrite("t", devices([("b", 2, "y")]), metadata=META)
