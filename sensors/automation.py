@@ -1,11 +1,16 @@
 """The automation sensor: evaluates every asset's automation condition (assets/automation.py)
 in the daemon and launches what they ask for. On by default, so `dagster dev` keeps the
 derived assets up to date as soon as it starts; it ticks as often as the file sensors
-(SENSOR_INTERVAL_SECONDS), so a derived asset follows its upstream's run within a tick.
+(SENSOR_INTERVAL_SECONDS), so a derived asset is asked for within a tick of its
+upstream's run.
 
-A range of partitions asked for at once goes out as a backfill (Dagster's
-`emit_backfills`), which the asset's single-run backfill policy builds in one run; a
-single partition, or an unpartitioned asset, is one run launched at once.
+A single partition, or an unpartitioned asset, is one run launched at once. Several
+partitions asked for at once go out as a backfill (Dagster's `emit_backfills`), which the
+asset's single-run backfill policy builds in one run. Dagster's backfill daemon launches
+that run: it looks for new backfills every 30 s (fixed in Dagster 1.13), so such a run
+starts up to 30 s after the tick that asked for it (in the demo, twice in the visits
+part). One run per partition instead would start at once, but 42 days would be 42 run
+processes instead of one.
 """
 
 from __future__ import annotations
