@@ -467,6 +467,10 @@ def test_a_writer_sees_an_app_transaction_another_writer_committed_since_it_look
     assert rows(lake, "t") == [("a", 1, "v1"), ("a", 2, "other"), ("b", 1, "v1")]
 
 
+# The snapshot a write follows is delta-rs's (delta-spark asks Spark's log each time; its
+# races are `test_concurrent_writers_conflict_retry_and_no_commit_is_lost`'s): the
+# delta-spark half, 16 s, runs in make test-slow.
+@pytest.mark.long_on_delta_spark
 def test_a_writer_following_its_own_commits_still_replaces_what_another_wrote_since(lake):
     """A writer's next write or merge commits on the snapshot its last commit left,
     without looking for newer commits first (delta-rs): another writer's commits since
