@@ -49,7 +49,7 @@ def attach(remote: str, state: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_long_lived_spark_is_reused_revived_and_stopped_by_its_starter(tmp_path):
+def test_the_long_lived_spark_is_reused_and_stopped_by_its_starter(tmp_path):
     state = tmp_path / "spark" / "connect"
     said = []
     with long_lived_spark(state, {}, say=said.append) as env:
@@ -69,10 +69,22 @@ def test_the_long_lived_spark_is_reused_revived_and_stopped_by_its_starter(tmp_p
             assert again == env
         assert "already up" in said[-2] and first.jdbc in said[-1]
         assert alive(first.pid)
-
-        # A run attaches; after the server dies, the next run starts a new one on the
-        # same port (the URL every run was given) with one line, not a gRPC traceback.
         assert "rows 7" in attach(env["SPARK_REMOTE"], str(state)).stdout
+
+    assert not alive(first.pid)
+    assert SparkServer(state).description() is None
+    assert "Stopped the long-lived Spark" in said[-1]
+
+
+@pytest.mark.slow  # fault injection: a second JVM boot after the first is killed
+def test_a_run_that_finds_the_long_lived_spark_dead_starts_it_again(tmp_path):
+    state = tmp_path / "spark" / "connect"
+    said = []
+    with long_lived_spark(state, {}, say=said.append) as env:
+        first = SparkServer(state).description()
+        assert "rows 7" in attach(env["SPARK_REMOTE"], str(state)).stdout
+        # After the server dies, the next run starts a new one on the same port (the URL
+        # every run was given) with one line, not a gRPC traceback.
         os.killpg(first.pid, signal.SIGKILL)
         revived = attach(env["SPARK_REMOTE"], str(state))
         assert revived.returncode == 0, revived.stderr[-3000:]
