@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from resources.landing import FileStat, Fingerprint, LandingZone
@@ -53,6 +53,18 @@ class SourceDataError(ValueError):
         lines = "\n".join(f"  {p}" for p in self.problems)
         tail = "\n  ... and more" if more else ""
         super().__init__(f"rejected {source} source data (nothing was written):\n{lines}{tail}")
+
+
+class SourceDataErrors(SourceDataError):
+    """Bad lines of several groups of files read in one pass (a range's days), each
+    group's own error worded as a read of that group alone would word it. Read as one
+    error, it names the first problems of them all."""
+
+    def __init__(self, source: str, errors: Mapping[Hashable, SourceDataError]) -> None:
+        self.errors = dict(errors)
+        problems = [problem for error in self.errors.values() for problem in error.problems]
+        more = len(problems) > MAX_REPORTED_PROBLEMS or any(e.more for e in self.errors.values())
+        super().__init__(source, problems[:MAX_REPORTED_PROBLEMS], more=more)
 
 
 def empty_files(files: Sequence[FileStat]) -> list[Problem]:
@@ -179,12 +191,18 @@ class FileFacts:
 
 
 def checked_facts(
-    source: str, rows: DataFrame, problem: Column, files: Sequence[FileStat]
+    source: str,
+    rows: DataFrame,
+    problem: Column,
+    files: Sequence[FileStat],
+    *,
+    per: Column | None = None,
 ) -> FileFacts:
     """Fingerprints and line count of `files` from rows of `read_lines` (cache them first:
     this is one more job over them), once no line has a `problem`: SourceDataError names
-    the first rejected lines otherwise (`first_problems`). The lines' problems are counted
-    in the job that takes the facts, so valid files cost one job, not two.
+    the first rejected lines otherwise (`first_problems`, `per` group). The lines'
+    problems are counted in the job that takes the facts, so valid files cost one job,
+    not two.
 
     A listed file Spark did not see was emptied or removed while the run read it."""
     seen = {
@@ -200,7 +218,7 @@ def checked_facts(
         .collect()
     }
     if any(row.problems for row in seen.values()):
-        first_problems(source, rows, problem)
+        first_problems(source, rows, problem, per=per)
     counted = dict(seen)
     lines = sum(row.lines for row in seen.values())
     fingerprints, problems = [], []
@@ -220,21 +238,46 @@ def checked_facts(
     return FileFacts(fingerprints, lines, {path: row.lines for path, row in counted.items()})
 
 
-def first_problems(source: str, rows: DataFrame, problem: Column) -> None:
-    """Raise SourceDataError naming the first rejected lines (by file and line), if any."""
-    bad = (
-        rows.where(problem.isNotNull())
-        .select("source_file", "source_line", problem.alias("problem"))
-        .orderBy("source_file", "source_line")
-        .limit(MAX_REPORTED_PROBLEMS + 1)
-        .collect()
+def first_problems(
+    source: str, rows: DataFrame, problem: Column, *, per: Column | None = None
+) -> None:
+    """Raise SourceDataError naming the first rejected lines (by file and line), if any.
+
+    With `per` (a range's day, say), SourceDataErrors names the first rejected lines of
+    each of its values, in one job: every bad group is known after one pass, each listed
+    as a read of that group alone would list it, where one list capped for all of them
+    would name only the first few groups."""
+    group = per if per is not None else F.lit(None)
+    order = ("source_file", "source_line")
+    bad = rows.where(problem.isNotNull()).select(
+        group.alias("group"), *order, problem.alias("problem")
     )
-    if bad:
-        raise SourceDataError(
-            source,
-            [Problem(r.source_file, r.source_line, r.problem) for r in bad[:MAX_REPORTED_PROBLEMS]],
-            more=len(bad) > MAX_REPORTED_PROBLEMS,
+    if per is None:
+        first = bad.orderBy(*order).limit(MAX_REPORTED_PROBLEMS + 1).collect()
+    else:
+        # Spark takes each group's first lines before the shuffle (its WindowGroupLimit).
+        rank = F.row_number().over(Window.partitionBy("group").orderBy(*order))
+        first = (
+            bad.withColumn("rank", rank)
+            .where(F.col("rank") <= MAX_REPORTED_PROBLEMS + 1)
+            .orderBy("group", *order)
+            .collect()
         )
+    by_group: dict[Hashable, list[Problem]] = {}
+    for row in first:
+        by_group.setdefault(row.group, []).append(
+            Problem(row.source_file, row.source_line, row.problem)
+        )
+    errors = {
+        key: SourceDataError(
+            source, found[:MAX_REPORTED_PROBLEMS], more=len(found) > MAX_REPORTED_PROBLEMS
+        )
+        for key, found in by_group.items()
+    }
+    if per is not None and errors:
+        raise SourceDataErrors(source, errors)
+    if errors:
+        raise errors[None]
 
 
 OFFSET_SUFFIX = r"(Z|[+-]\d{2}(:?\d{2})?)$"

@@ -20,6 +20,7 @@ from assets.overwriting.calendar import DAY_FOLDER_PATTERN, day_folder, day_of_f
 from assets.source_files import (
     Problem,
     SourceDataError,
+    SourceDataErrors,
     checked_facts,
     empty_files,
     instant,
@@ -145,7 +146,7 @@ def parse_visits(
         .cache()
     )
     try:
-        facts = checked_facts("visits", parsed, F.col("problem"), files)
+        facts = checked_facts("visits", parsed, F.col("problem"), files, per=F.col("folder_day"))
         first_copy = Window.partitionBy("event_date", "visit_id").orderBy(
             "source_file", "source_line"
         )
@@ -168,6 +169,27 @@ def parse_visits(
     finally:
         parsed.unpersist()
     return ParsedVisits(parts, facts.fingerprints, facts.lines_by_file)
+
+
+def _by_day(error: SourceDataError) -> dict[dt.date, SourceDataError]:
+    """`error` as the error of each day it names; `error` itself when one of its problems
+    is no day's fault (the whole range fails with it). Only a list of bad lines is ever
+    cut short, and that one comes per day (SourceDataErrors); the other errors name
+    every file."""
+    if isinstance(error, SourceDataErrors):
+        days = {day: found for day, found in error.errors.items() if isinstance(day, dt.date)}
+        if len(days) < len(error.errors):
+            raise error
+        return days
+    by_day: dict[dt.date, list[Problem]] = {}
+    for problem in error.problems:
+        day = day_of_file(problem.file)
+        if day is None or error.more:
+            raise error
+        by_day.setdefault(day, []).append(problem)
+    if not by_day:
+        raise error
+    return {day: SourceDataError(error.source, problems) for day, problems in by_day.items()}
 
 
 @dataclass(frozen=True)
@@ -202,10 +224,10 @@ def parse_visit_days(
     for the whole range, not a few per day), then split by day: each day's visits, or the
     error that refuses it, worded as a run of that day alone would word it.
 
-    A day whose files are bad is taken out and the pass made again over the others, so
-    one bad day never holds back the rest. Problems are listed in path order, which is
-    day order (`visits/date=YYYY-MM-DD/`): every day but the last one listed is complete;
-    the last one, maybe cut short by the limit, is parsed again to be reported whole."""
+    A pass that finds bad files names every day they refuse (each day's first problems,
+    `checked_facts` per day); those days are taken out and the pass made again over the
+    others, so bad days never hold back the rest, and a year of them costs two passes,
+    not one per few days."""
     files = {day: landing.list(day_folder(day), suffix=".jsonl", recursive=False) for day in days}
     refused: dict[dt.date, SourceDataError] = {}
     while True:
@@ -215,20 +237,10 @@ def parse_visit_days(
             parsed = parse_visits(spark, landing, lakehouse, listed)
             break
         except SourceDataError as error:
-            by_day: dict[dt.date, list[Problem]] = {}
-            for problem in error.problems:
-                day = day_of_file(problem.file)
-                if day is None:
-                    raise  # not a day's fault: the whole range fails with it
-                by_day.setdefault(day, []).append(problem)
-            if not by_day:
+            newly = {day: found for day, found in _by_day(error).items() if day in remaining}
+            if not newly:
                 raise
-            cut_short = error.more
-            if cut_short and len(by_day) > 1:
-                by_day.popitem()  # the last day listed: its list may be cut short
-                cut_short = False
-            for day, problems in by_day.items():
-                refused[day] = SourceDataError(error.source, problems, more=cut_short)
+            refused.update(newly)
         if len(refused) == len(days):
             return VisitDays(dict(refused), None)
     parts = parsed.parts

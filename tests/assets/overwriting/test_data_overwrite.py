@@ -19,6 +19,8 @@ from support import (
 import assets.partition_range
 from assets.overwriting import visits_daily
 from assets.overwriting.data_overwrite import VISITS_DAILY
+from assets.overwriting.visits_source import VisitDay, parse_visit_days
+from assets.source_files import SourceDataError
 from assets.transactional_writer import REWRITE_TAG
 from resources.lakehouse.predicates import eq
 
@@ -264,6 +266,39 @@ def test_a_bad_day_fails_its_range_by_name_and_the_other_days_land(
     again = materialize_range(resources, instance).asset_materializations_for_node("visits_daily")
     assert ["skipped" in e.metadata for e in again] == [True, False, True]
     assert len(table_rows(lakehouse)) == 60
+
+
+@pytest.mark.parametrize("engine", ["delta-rs"])
+def test_a_range_refuses_each_bad_day_as_a_run_of_that_day_alone_would(
+    spark, lakehouse, landing, write_visits
+):
+    """One pass names the bad lines of every day of a range, each day's own first ones:
+    a list capped for the whole range would name only its first few days, and a year of
+    bad days would take a pass per few days."""
+    days = [dt.date(2024, 2, 1) + dt.timedelta(days=i) for i in range(8)]
+    for day in days:
+        write_visits(day, "a.jsonl", day_of_visits(day, 4))
+    for day in days[1:4] + days[5:7]:
+        write_visits(
+            day, "b.jsonl", '{"visit_id": "x", "event_time": "2024-02-01T00:00:00Z"}\n' * 3
+        )
+    write_visits(days[6], "c.jsonl", "not json\n" * 12)  # more than a run names
+    write_visits(days[7], "c.jsonl", "")  # refused before Spark reads anything
+    session = spark.session()
+
+    ranged = parse_visit_days(session, landing, lakehouse, days).days
+    for day in days:
+        alone = parse_visit_days(session, landing, lakehouse, [day]).days[day]
+        if day in (days[0], days[4]):
+            assert isinstance(ranged[day], VisitDay) and isinstance(alone, VisitDay)
+            assert (ranged[day].sources, ranged[day].lines_read) == (alone.sources, 4)
+        else:
+            assert isinstance(ranged[day], SourceDataError)
+            assert str(ranged[day]) == str(alone), day
+    cut = ranged[days[6]]
+    assert isinstance(cut, SourceDataError) and cut.more and len(cut.problems) == 10
+    assert "missing required field 'user_id'" in str(ranged[days[1]])
+    assert "file is empty" in str(ranged[days[7]])
 
 
 @pytest.mark.slow
