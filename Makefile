@@ -84,6 +84,7 @@ bench: setup
 	$(PY) benchmarks/user_events.py
 	$(PY) benchmarks/manifest.py
 	$(PY) benchmarks/backfill.py
+	$(PY) benchmarks/bad_ranges.py
 	$(PY) benchmarks/run_cost.py
 	$(PY) benchmarks/sensors.py
 	$(PY) benchmarks/delta_log.py

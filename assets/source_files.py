@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -22,6 +23,7 @@ from pyspark.sql import functions as F
 from resources.landing import FileStat, Fingerprint, LandingZone
 
 MAX_REPORTED_PROBLEMS = 10
+K = TypeVar("K", bound=Hashable)
 LINES_PER_PARTITION_BYTES = 16 * 2**20
 MAX_FILE_BYTES = 2**31 - 1
 """Spark holds a file's bytes in one array (`spark.sql.sources.binaryFile.maxLength`).
@@ -65,6 +67,12 @@ class SourceDataErrors(SourceDataError):
         problems = [problem for error in self.errors.values() for problem in error.problems]
         more = len(problems) > MAX_REPORTED_PROBLEMS or any(e.more for e in self.errors.values())
         super().__init__(source, problems[:MAX_REPORTED_PROBLEMS], more=more)
+
+    def of(self, groups: Collection[K]) -> dict[K, SourceDataError] | None:
+        """Each group's error, when every group named is one of `groups`; else None (a
+        problem that belongs to none of them)."""
+        found = {group: self.errors[group] for group in groups if group in self.errors}
+        return found if len(found) == len(self.errors) else None
 
 
 def empty_files(files: Sequence[FileStat]) -> list[Problem]:

@@ -6,11 +6,6 @@
    new ones. Pass: cleaner cost at 52 weeks / at 4 weeks <= 1.3.
 2. Data Overwrite: replaceWhere of one day as the daily table grows tenfold.
    Pass: cost at 10x days / at 1x days <= 1.3.
-3. A range's read (`parse_visit_days`, one Spark pass for all its days): a quarter whose
-   every day holds one bad line, against the same quarter clean. The bad days are all
-   named by one pass, so refusing them costs about what reading them does, where a list
-   of problems capped for the whole range took a pass per ten bad days.
-   Pass: bad / clean <= 2.
 
 Every figure is the median of several repetitions; timings on shared 2-core machines are
 noisy, so the ratios (taken within this one run) are the result. Exits 1 if a bound fails.
@@ -23,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import statistics
 import sys
@@ -38,8 +32,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from assets.overwriting.fast_metadata_cleaner import replace_week  # noqa: E402
-from assets.overwriting.visits_source import VisitDay, parse_visit_days  # noqa: E402
-from resources import Lakehouse, LandingZone, SparkResource  # noqa: E402
+from resources import Lakehouse, SparkResource  # noqa: E402
 from resources.lakehouse.predicates import eq  # noqa: E402
 
 ROWS_PER_WEEK = 50_000
@@ -47,7 +40,6 @@ ROWS_PER_DAY = 10_000
 HISTORY_WEEKS = (4, 13, 26, 52)
 DAYS_SMALL, DAYS_LARGE = 30, 300
 REPEATS = 7
-RANGE_DAYS = 91
 FIRST_MONDAY = dt.date(2024, 1, 1)
 META = {"benchmark": "overwriting"}
 
@@ -160,44 +152,6 @@ def daily_costs(root: Path, engine: str) -> dict[int, float]:
     return costs
 
 
-def range_landing(root: Path, days: list[dt.date], *, bad: bool) -> LandingZone:
-    """Three visits a day, and with `bad` a fourth line a day that lacks its user_id."""
-    for day in days:
-        lines = [
-            json.dumps(
-                {"visit_id": f"{day}-{i}", "user_id": "u", "event_time": f"{day}T1{i}:00:00Z"}
-                | {"page": "/"}
-            )
-            for i in range(3)
-        ]
-        if bad:
-            lines.append(json.dumps({"visit_id": f"{day}-x", "event_time": f"{day}T12:00:00Z"}))
-        folder = root / "visits" / f"date={day}"
-        folder.mkdir(parents=True)
-        (folder / "part.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return LandingZone(root=str(root))
-
-
-def range_read_costs(root: Path, engine: str) -> dict[str, float]:
-    spark = SparkResource(master="local[2]", shuffle_partitions=2)
-    lake = Lakehouse(root=str(root / "range"), engine=engine, spark=spark)
-    days = [FIRST_MONDAY + dt.timedelta(days=i) for i in range(RANGE_DAYS)]
-    zones = {kind: range_landing(root / kind, days, bad=kind == "bad") for kind in ("clean", "bad")}
-    session = spark.session()
-    timings: dict[str, list[float]] = {kind: [] for kind in zones}
-    for _ in range(3):
-        for kind, zone in zones.items():
-            started = time.perf_counter()
-            parsed = parse_visit_days(session, zone, lake, days)
-            timings[kind].append(time.perf_counter() - started)
-            read = sum(isinstance(day, VisitDay) for day in parsed.days.values())
-            assert read == (0 if kind == "bad" else RANGE_DAYS), (kind, read)
-    costs = {kind: statistics.median(t) for kind, t in timings.items()}
-    for kind, cost in costs.items():
-        print(f"  {RANGE_DAYS} days, {kind + ':':<6} {cost:6.2f} s")
-    return costs
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", default=os.environ.get("LAKEHOUSE_ENGINE", "delta-rs"))
@@ -211,13 +165,10 @@ def main() -> int:
         weekly = weekly_costs(root, engine)
         print(f"\nData Overwrite ({ROWS_PER_DAY:,} rows a day, median of {REPEATS}, {engine}):")
         daily = daily_costs(root, engine)
-        print(f"\nA range's read, clean or a bad line every day (median of 3, {engine}):")
-        ranged = range_read_costs(root, engine)
 
     flat = weekly[HISTORY_WEEKS[-1]][0] / weekly[HISTORY_WEEKS[0]][0]
     versus = weekly[HISTORY_WEEKS[-1]][1] / weekly[HISTORY_WEEKS[-1]][0]
     growth = daily[DAYS_LARGE] / daily[DAYS_SMALL]
-    refusing = ranged["bad"] / ranged["clean"]
     checks = [
         (f"cleaner cost 52 weeks / 4 weeks = {flat:.2f}", flat <= 1.3, "<= 1.3"),
         (f"DELETE+INSERT / cleaner at 52 weeks = {versus:.1f}", True, "reported"),
@@ -226,7 +177,6 @@ def main() -> int:
             growth <= 1.3,
             "<= 1.3",
         ),
-        (f"range read, every day bad / clean = {refusing:.2f}", refusing <= 2, "<= 2"),
     ]
     print("\nRatios:")
     for text, ok, bound in checks:

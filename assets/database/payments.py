@@ -36,7 +36,7 @@ from assets.database.payments_source import (
 )
 from assets.materialization import commit_metadata, materialization_metadata, skipped_metadata
 from assets.partition_range import SINGLE_RUN, materialize_partitions, parse_day, run_span
-from assets.source_files import SourceDataError
+from assets.source_files import SourceDataError, SourceDataErrors
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse import AppTransaction, CommitResult, StaleWriteError
 from resources.lakehouse.predicates import between
@@ -451,6 +451,30 @@ class _OnePass:
         return self.ingest.day_metadata(day, result, sources, facts)
 
 
+def _first_pass(
+    ingest: _Ingest, days: Sequence[dt.date], bad: dict[dt.date, SourceDataError]
+) -> _OnePass | None:
+    """The range's days in one pass, less the days whose lines are bad: those go into
+    `bad`, each with its own error, all named by the pass that found them (a second pass
+    reads the others). None when no day is left, or when the input's problem is not a
+    day's lines (an empty file): then each day is read on its own."""
+    context = ingest.context
+    while remaining := [day for day in days if day not in bad]:
+        try:
+            return _OnePass(ingest, remaining)
+        except SourceDataError as error:
+            found = error.of(remaining) if isinstance(error, SourceDataErrors) else None
+            if not found:
+                context.log.info(f"bad input in the range, so each day is read on its own: {error}")
+                return None
+            bad.update(found)
+            context.log.info(
+                f"bad lines in {len(found)} day(s) of the range ({', '.join(map(str, found))}):"
+                " they fail, the other days are read in one pass"
+            )
+    return None
+
+
 def _ingest_range(
     ingest: _Ingest, keys: Sequence[str], refused: dict[str, IdempotencyConflictError]
 ) -> None:
@@ -460,17 +484,16 @@ def _ingest_range(
     that failed."""
     context = ingest.context
     days = [parse_day(key) for key in keys]
-    one_pass: _OnePass | None = None
-    try:
-        one_pass = _OnePass(ingest, days)
-    except SourceDataError as error:
-        context.log.info(f"bad input in the range, so each day is read on its own: {error}")
+    bad: dict[dt.date, SourceDataError] = {}
+    one_pass = _first_pass(ingest, days, bad)
     if one_pass is not None and not one_pass.clean:
         context.log.info("conflicts in the range, so each day is judged on its own")
         one_pass = None
 
     def materialize(key: str) -> Mapping[str, Any]:
         nonlocal one_pass
+        if parse_day(key) in bad:
+            raise bad[parse_day(key)]
         if one_pass is not None:
             try:
                 return one_pass.day(parse_day(key))

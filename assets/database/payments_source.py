@@ -157,7 +157,9 @@ def parse_payments(
         .cache()
     )
     try:
-        facts = checked_facts("payments", parsed, F.col("problem"), files)
+        facts = checked_facts(
+            "payments", parsed, F.col("problem"), files, per=folder_day(F.col("source_file"))
+        )
         payments = (
             parsed.where(F.col("source_line").isNotNull())
             .select(

@@ -171,25 +171,24 @@ def parse_visits(
     return ParsedVisits(parts, facts.fingerprints, facts.lines_by_file)
 
 
-def _by_day(error: SourceDataError) -> dict[dt.date, SourceDataError]:
-    """`error` as the error of each day it names; `error` itself when one of its problems
-    is no day's fault (the whole range fails with it). Only a list of bad lines is ever
-    cut short, and that one comes per day (SourceDataErrors); the other errors name
-    every file."""
+def _by_day(error: SourceDataError, days: Sequence[dt.date]) -> dict[dt.date, SourceDataError]:
+    """`error` as the error of each of `days` it names; raises `error` itself when one of
+    its problems is none of theirs (the whole range fails with it). Only a list of bad
+    lines is ever cut short, and that one comes day by day (SourceDataErrors); the other
+    errors name every file."""
+    found: dict[dt.date, SourceDataError] | None
     if isinstance(error, SourceDataErrors):
-        days = {day: found for day, found in error.errors.items() if isinstance(day, dt.date)}
-        if len(days) < len(error.errors):
-            raise error
-        return days
-    by_day: dict[dt.date, list[Problem]] = {}
-    for problem in error.problems:
-        day = day_of_file(problem.file)
-        if day is None or error.more:
-            raise error
-        by_day.setdefault(day, []).append(problem)
-    if not by_day:
+        found = error.of(days)
+    else:
+        by_day: dict[dt.date | None, list[Problem]] = {}
+        for problem in error.problems:
+            by_day.setdefault(day_of_file(problem.file), []).append(problem)
+        found = {day: SourceDataError(error.source, by_day[day]) for day in days if day in by_day}
+        if error.more or len(found) < len(by_day):
+            found = None
+    if not found:
         raise error
-    return {day: SourceDataError(error.source, problems) for day, problems in by_day.items()}
+    return found
 
 
 @dataclass(frozen=True)
@@ -237,10 +236,7 @@ def parse_visit_days(
             parsed = parse_visits(spark, landing, lakehouse, listed)
             break
         except SourceDataError as error:
-            newly = {day: found for day, found in _by_day(error).items() if day in remaining}
-            if not newly:
-                raise
-            refused.update(newly)
+            refused.update(_by_day(error, remaining))
         if len(refused) == len(days):
             return VisitDays(dict(refused), None)
     parts = parsed.parts

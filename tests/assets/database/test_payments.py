@@ -338,6 +338,34 @@ def test_a_backfilled_range_is_one_pass_then_a_commit_per_day_as_days_run_alone_
     assert table_contents(apart, without_columns=RUN_COLUMNS) == ranged_tables
 
 
+@pytest.mark.parametrize("engine", ["delta-rs"])  # the range's logic, not the engine's
+def test_a_day_with_bad_lines_fails_its_range_by_name_and_the_others_land_in_one_pass(
+    resources, settings, lakehouse, write_payments, instance, tmp_path
+):
+    three_days_of_payments(write_payments)
+    write_payments(DAY2, "c.jsonl", '{"idempotency_key": "p9", "account_id": "a"\n')
+    failed = run_range(resources, settings, instance, raise_on_error=False)
+    assert "1 of 3 partitions failed (2024-03-02); 2 committed" in failure(failed)
+    assert "payments/date=2024-03-02/c.jsonl:1: malformed JSON" in failure(failed)
+    logged = [entry.user_message for entry in instance.all_logs(failed.run_id)]
+    assert any(
+        "bad lines in 1 day(s) of the range (2024-03-02): they fail, the other days are read "
+        "in one pass" in line
+        for line in logged
+    )
+    assert instance.get_materialized_partitions(dg.AssetKey(PAYMENTS)) == {
+        "2024-03-01",
+        "2024-03-03",
+    }
+    # The same files, one run per day, into another lakehouse: the same tables.
+    apart = Lakehouse(root=str(tmp_path / "apart"), engine="delta-rs", spark=resources["spark"])
+    for day in (DAY1, DAY2, DAY3):
+        run({**resources, "lakehouse": apart}, settings, day, raise_on_error=False)
+    assert table_contents(apart, without_columns=RUN_COLUMNS) == table_contents(
+        lakehouse, without_columns=RUN_COLUMNS
+    )
+
+
 @pytest.mark.long_on_delta_spark
 def test_a_conflicting_day_fails_its_range_by_name_and_the_other_days_land(
     resources, settings, lakehouse, write_payments, instance
