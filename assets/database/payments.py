@@ -16,7 +16,7 @@ run between the check and the commit can never slip in unchecked.
 
 import datetime as dt
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import dagster as dg
@@ -31,6 +31,7 @@ from assets.database.payments_source import (
     KEY,
     PAYLOAD_COLUMNS,
     day_folder,
+    folder_day,
     parse_payments,
     shown,
 )
@@ -397,9 +398,11 @@ class _Ingest:
 class _OnePass:
     """A range's days read and judged in one Spark pass, then committed one by one, each
     as its own append (app transaction, Delta version, metadata): a day costs a commit,
-    not a Spark job. Only a clean range is judged this way: its payments judged together
-    are judged as the days one after the other would judge them (a key's first copy,
-    oldest day first, against the table; later copies against it)."""
+    not a Spark job. Payments judged together are judged as the days one after the other
+    would judge them (a key's first copy, oldest day first, against the table; later
+    copies against it), up to the first day with a conflict: a conflict is the day of its
+    incoming copy, so the days before it are judged as runs of each would judge them. The
+    days from that one on are not this pass's (`covers`)."""
 
     def __init__(self, ingest: _Ingest, days: Sequence[dt.date]) -> None:
         self.ingest = ingest
@@ -417,15 +420,24 @@ class _OnePass:
         self.writer = lakehouse.app_transaction_version(PAYMENTS, WRITER_APP_ID) or 0
         version = lakehouse.version(PAYMENTS) or 0  # created above
         self.checked = check_batch(lakehouse, parsed.frame, ingest.compared, version)
-        if not self.checked.conflict_keys:
-            _record_conflicts(context, lakehouse, (days[0], days[-1]), self.checked)
+        self.first_conflict: dt.date | None = None
+        judged = list(days)
+        if self.checked.conflict_keys:
+            self.first_conflict = self.checked.conflicts.agg(
+                F.min(folder_day(F.col("incoming_at")))
+            ).collect()[0][0]
+            judged = [day for day in days if day < self.first_conflict]
+        if judged:
+            # The days this pass commits have no conflict now: none is kept for them.
+            clean = replace(self.checked, conflicts=_no_conflicts(parsed.frame), conflict_keys=0)
+            _record_conflicts(context, lakehouse, (judged[0], judged[-1]), clean)
             self.parts = lakehouse.staged_parts(
                 _stored_rows(self.checked.new, context.run.run_id), "payment_date"
             )
 
-    @property
-    def clean(self) -> bool:
-        return not self.checked.conflict_keys
+    def covers(self, day: dt.date) -> bool:
+        """Whether this pass judged `day` as a run of it alone would."""
+        return self.first_conflict is None or day < self.first_conflict
 
     def day(self, day: dt.date) -> dict[str, Any]:
         """Commit the day's new payments (raises StaleWriteError when another payments
@@ -451,60 +463,96 @@ class _OnePass:
         return self.ingest.day_metadata(day, result, sources, facts)
 
 
-def _first_pass(
-    ingest: _Ingest, days: Sequence[dt.date], bad: dict[dt.date, SourceDataError]
-) -> _OnePass | None:
-    """The range's days in one pass, less the days whose lines are bad: those go into
-    `bad`, each with its own error, all named by the pass that found them (a second pass
-    reads the others). None when no day is left, or when the input's problem is not a
-    day's lines (an empty file): then each day is read on its own."""
-    context = ingest.context
-    while remaining := [day for day in days if day not in bad]:
-        try:
-            return _OnePass(ingest, remaining)
-        except SourceDataError as error:
-            found = error.of(remaining) if isinstance(error, SourceDataErrors) else None
-            if not found:
-                context.log.info(f"bad input in the range, so each day is read on its own: {error}")
+class _Passes:
+    """The one-pass judgements of a range, oldest day first: the first pass covers every
+    day up to the first with a conflict; that day is then judged on its own (it fails as
+    a run of it would), and the next pass covers the days after it. Days with bad lines
+    go into `bad` as a pass finds them, all at once. A range thus costs a pass per
+    conflicting day, not a read per day."""
+
+    def __init__(self, ingest: _Ingest, days: Sequence[dt.date]) -> None:
+        self.ingest = ingest
+        self.days = list(days)
+        self.bad: dict[dt.date, SourceDataError] = {}
+        self.current: _OnePass | None = None
+        self.stopped = False
+
+    def stop(self) -> None:
+        """Judge every day from now on on its own."""
+        self.stopped = True
+
+    def covering(self, day: dt.date) -> _OnePass | None:
+        """The pass that judged `day` as a run of it alone would, made now if `day` is
+        past the current pass's first conflict; None when `day` is to be judged on its own
+        (or is bad: see `bad`)."""
+        if self.stopped:
+            return None
+        if self.current is None or (
+            self.current.first_conflict is not None and day > self.current.first_conflict
+        ):
+            self.current = self._pass([later for later in self.days if later >= day])
+            if self.current is None:
+                self.stop()
                 return None
-            bad.update(found)
-            context.log.info(
-                f"bad lines in {len(found)} day(s) of the range ({', '.join(map(str, found))}):"
-                " they fail, the other days are read in one pass"
-            )
-    return None
+            if self.current.first_conflict is not None:
+                self.ingest.context.log.info(
+                    f"a conflict in {self.current.first_conflict}: the days before it commit "
+                    "from this pass, that day is judged on its own, and the days after it in "
+                    "one pass more"
+                )
+        return self.current if self.current.covers(day) else None
+
+    def _pass(self, days: Sequence[dt.date]) -> _OnePass | None:
+        """`days` in one pass, less the days whose lines are bad (into `bad`, each with
+        its own error, all named by the pass that found them; another pass reads the
+        others). None when no day is left, or when the input's problem is not a day's
+        lines (an empty file): then each day is read on its own."""
+        context = self.ingest.context
+        while remaining := [day for day in days if day not in self.bad]:
+            try:
+                return _OnePass(self.ingest, remaining)
+            except SourceDataError as error:
+                found = error.of(remaining) if isinstance(error, SourceDataErrors) else None
+                if not found:
+                    context.log.info(
+                        f"bad input in the range, so each day is read on its own: {error}"
+                    )
+                    return None
+                self.bad.update(found)
+                context.log.info(
+                    f"bad lines in {len(found)} day(s) of the range "
+                    f"({', '.join(map(str, found))}): they fail, the other days are read in "
+                    "one pass"
+                )
+        return None
 
 
 def _ingest_range(
     ingest: _Ingest, keys: Sequence[str], refused: dict[str, IdempotencyConflictError]
 ) -> None:
-    """Materialize the range `keys`, in one pass when it is clean; else (or once another
-    payments run commits in between) each remaining day on its own, as a run of it alone
-    would. The days refused for conflicts go into `refused`; dg.Failure names every day
-    that failed."""
+    """Materialize the range `keys` in as few passes as its conflicts allow (`_Passes`),
+    each day exactly as a run of it alone would; once another payments run commits in
+    between, each remaining day on its own. The days refused for conflicts go into
+    `refused`; dg.Failure names every day that failed."""
     context = ingest.context
-    days = [parse_day(key) for key in keys]
-    bad: dict[dt.date, SourceDataError] = {}
-    one_pass = _first_pass(ingest, days, bad)
-    if one_pass is not None and not one_pass.clean:
-        context.log.info("conflicts in the range, so each day is judged on its own")
-        one_pass = None
+    passes = _Passes(ingest, [parse_day(key) for key in keys])
 
     def materialize(key: str) -> Mapping[str, Any]:
-        nonlocal one_pass
-        if parse_day(key) in bad:
-            raise bad[parse_day(key)]
+        day = parse_day(key)
+        one_pass = passes.covering(day)
+        if day in passes.bad:
+            raise passes.bad[day]
         if one_pass is not None:
             try:
-                return one_pass.day(parse_day(key))
+                return one_pass.day(day)
             except StaleWriteError:
                 context.log.info(
                     f"another payments run committed during the range: {key} and the days "
                     "after it are checked again, one by one"
                 )
-                one_pass = None
+                passes.stop()
         try:
-            return ingest.day(parse_day(key))
+            return ingest.day(day)
         except IdempotencyConflictError as error:
             refused[key] = error
             raise

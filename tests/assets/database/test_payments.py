@@ -366,6 +366,41 @@ def test_a_day_with_bad_lines_fails_its_range_by_name_and_the_others_land_in_one
     )
 
 
+@pytest.mark.parametrize("engine", ["delta-rs"])  # the range's logic, not the engine's
+def test_a_range_with_conflicts_on_two_days_ends_as_runs_of_each_day_do(
+    resources, settings, lakehouse, write_payments, instance, tmp_path
+):
+    """Each conflicting day fails on its own and the days after it are judged again: p3
+    first comes in a day that fails, so its copy two days later is new, not a replay."""
+    days = [DAY1 + dt.timedelta(days=i) for i in range(5)]
+    write_payments(days[0], "a.jsonl", [payment("p1"), payment("p2")])
+    write_payments(days[1], "a.jsonl", [payment("p1", account="other"), payment("p3")])
+    write_payments(days[2], "a.jsonl", [payment("p3"), payment("p4")])
+    write_payments(days[3], "a.jsonl", [payment("p4", amount="99.00"), payment("p5")])
+    write_payments(days[4], "a.jsonl", [payment("p5"), payment("p6")])
+    failed = dg.materialize(
+        [payments],
+        resources={**resources, "payments_settings": settings},
+        instance=instance,
+        tags=partition_range(days[0], days[-1]),
+        raise_on_error=False,
+    )
+    assert "2 of 5 partitions failed (2024-03-02, 2024-03-04); 3 committed" in failure(failed)
+    assert sorted(stored(lakehouse)) == ["p1", "p2", "p3", "p4", "p5", "p6"]
+    logged = [entry.user_message for entry in instance.all_logs(failed.run_id)]
+    assert [line for line in logged if "a conflict in" in line] == [
+        f"a conflict in {day}: the days before it commit from this pass, that day is judged "
+        "on its own, and the days after it in one pass more"
+        for day in (days[1], days[3])
+    ]
+    apart = Lakehouse(root=str(tmp_path / "apart"), engine="delta-rs", spark=resources["spark"])
+    for day in days:
+        run({**resources, "lakehouse": apart}, settings, day, raise_on_error=False)
+    assert table_contents(apart, without_columns=RUN_COLUMNS) == table_contents(
+        lakehouse, without_columns=RUN_COLUMNS
+    )
+
+
 @pytest.mark.long_on_delta_spark
 def test_a_conflicting_day_fails_its_range_by_name_and_the_other_days_land(
     resources, settings, lakehouse, write_payments, instance
