@@ -428,11 +428,13 @@ class _OnePass:
             ).collect()[0][0]
             judged = [day for day in days if day < self.first_conflict]
         if judged:
-            # The days this pass commits have no conflict now: none is kept for them.
+            # The days this pass commits have no conflict now: none is kept for them. Only
+            # their new rows are staged: the next pass judges the later days again.
             clean = replace(self.checked, conflicts=_no_conflicts(parsed.frame), conflict_keys=0)
             _record_conflicts(context, lakehouse, (judged[0], judged[-1]), clean)
+            new = self.checked.new.where(F.col("payment_date") <= judged[-1])
             self.parts = lakehouse.staged_parts(
-                _stored_rows(self.checked.new, context.run.run_id), "payment_date"
+                _stored_rows(new, context.run.run_id), "payment_date"
             )
 
     def covers(self, day: dt.date) -> bool:
