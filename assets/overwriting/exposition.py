@@ -36,9 +36,6 @@ _VISITS_MANIFEST_SCHEMA = pa.schema(
         pa.field("changed_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
 )
-# Every week's first materialization commits to the manifest, and every run reads it:
-# frequent checkpoints keep that read a checkpoint plus a few commits, whatever the age.
-VISITS_MANIFEST_PROPERTIES = {"delta.checkpointInterval": "10"}
 EXPOSED_COLUMNS = (*VISIT_COLUMNS, "week_start")
 
 
@@ -77,9 +74,7 @@ def upsert_manifest(
     if not lakehouse.exists(VISITS_MANIFEST):
         # Creating with the first rows; a concurrent creator makes this a commit
         # conflict, and the retry lands in the MERGE path below.
-        return lakehouse.append(
-            VISITS_MANIFEST, rows, metadata=metadata, table_properties=VISITS_MANIFEST_PROPERTIES
-        )
+        return lakehouse.append(VISITS_MANIFEST, rows, metadata=metadata)
     result = lakehouse.merge(
         VISITS_MANIFEST,
         rows,

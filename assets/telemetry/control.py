@@ -218,20 +218,17 @@ SCHEMAS: Mapping[str, pa.Schema] = {
     QUARANTINE: QUARANTINE_SCHEMA,
 }
 
-# Every run commits to these tables, and every read loads the log: a checkpoint every
-# 10 commits (not 100) keeps a load to a few JSON files.
-FREQUENT_CHECKPOINTS = {"delta.checkpointInterval": "10"}
 # Raw rows are replaced from a line onwards, in-hour totals by the hour. Writers cut their
 # output into files of this size, each covering a narrow range of lines or hours, so a
 # replacement rewrites the files straddling its edges and drops those inside, instead of
 # copying a whole file or subject history that is mostly kept.
-SMALL_FILES = {**FREQUENT_CHECKPOINTS, "delta.targetFileSize": str(2 * 1024 * 1024)}
+SMALL_FILES = {"delta.targetFileSize": str(2 * 1024 * 1024)}
 # The sensor follows the tables its decision rests on through their change data feed: a
 # tick reads the rows the commits since its last tick changed, not the whole table.
 FOLLOWED = (FILE_STATE, BLACKLIST, QUARANTINE)
-CHANGE_FEED = {**FREQUENT_CHECKPOINTS, "delta.enableChangeDataFeed": "true"}
+CHANGE_FEED = {"delta.enableChangeDataFeed": "true"}
 TABLE_PROPERTIES: Mapping[str, Mapping[str, str]] = {
-    **dict.fromkeys(SCHEMAS, FREQUENT_CHECKPOINTS),
+    **dict.fromkeys(SCHEMAS, {}),
     **dict.fromkeys(FOLLOWED, CHANGE_FEED),
     RAW: SMALL_FILES,
     WITHIN_HOUR: SMALL_FILES,

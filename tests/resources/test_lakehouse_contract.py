@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from resources import Lakehouse, SparkResource
 from resources.lakehouse import (
@@ -631,6 +632,25 @@ def test_table_properties_apply_when_a_write_creates_the_table(lake, tmp_path):
         lake.append("t", devices([(f"b{i}", 1, "y")]), metadata=META)
     log = Path(lake.uri("t")) / "_delta_log"
     assert sorted(p.name for p in log.glob("*.checkpoint.parquet"))
+
+
+def test_every_table_checkpoints_every_ten_commits_unless_its_creator_says_otherwise(lake):
+    """Delta Spark's default, written into each table so that both engines (delta-rs's own
+    default is 100) keep a snapshot to a checkpoint and a few commits."""
+    FEED = {"delta.enableChangeDataFeed": "true"}  # noqa: N806
+    for i in range(11):
+        lake.append("t", devices([(f"a{i}", 1, "x")]), metadata=META)
+    lake.append("u", devices([("a", 1, "x")]), metadata=META, table_properties=FEED)
+    own = {"delta.checkpointInterval": "5"}
+    lake.append("w", devices([("a", 1, "x")]), metadata=META, table_properties=own)
+    settings = {
+        table: DeltaTable(lake.uri(table)).metadata().configuration for table in ("t", "u", "w")
+    }
+    assert settings["t"]["delta.checkpointInterval"] == "10"
+    assert settings["u"] == {"delta.checkpointInterval": "10", **FEED}
+    assert settings["w"]["delta.checkpointInterval"] == "5"
+    # One in eleven commits: delta-rs writes it at version 9, Delta Spark at 10.
+    assert len(list((Path(lake.uri("t")) / "_delta_log").glob("*.checkpoint.parquet"))) == 1
 
 
 def test_delta_rs_cleans_expired_log_files_only_when_it_writes_a_checkpoint(tmp_path):

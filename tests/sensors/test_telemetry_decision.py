@@ -36,12 +36,7 @@ def subjects_asked(requests) -> list[tuple[str, str]]:
 def test_runs_and_operators_reach_the_kept_decision_across_a_restart(deployment, restart, feed):
     if not feed:
         for table in control.FOLLOWED:
-            deployment.lakehouse.create(
-                table,
-                control.SCHEMAS[table],
-                metadata=META,
-                table_properties=control.FREQUENT_CHECKPOINTS,
-            )
+            deployment.lakehouse.create(table, control.SCHEMAS[table], metadata=META)
     tool01 = [f for f in FILES if "Tool01" in f.path]
     tool02 = [f for f in FILES if "Tool02" in f.path]
     deployment.deliver(tool01[:3] + tool02)
