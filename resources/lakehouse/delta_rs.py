@@ -322,14 +322,16 @@ class DeltaRsEngine(port.DeltaEngine):
             None if selected is None else _sum_rows(delta, selected),
         )
 
-    def count(self, table: str, *, where: Predicate | None = None) -> int:
-        from_log = self.count_from_log(table, where=where)
+    def count(
+        self, table: str, *, where: Predicate | None = None, version: int | None = None
+    ) -> int:
+        from_log = self.count_from_log(table, where=where, version=version)
         if from_log is not None:
             return from_log
         query = "SELECT count(*) AS n FROM t"
         if where is not None:
             query += f" WHERE {where.render('datafusion')}"
-        result = QueryBuilder().register("t", self._table(table)).execute(query)
+        result = QueryBuilder().register("t", self._table(table, version)).execute(query)
         return pa.table(result.read_all()).column("n")[0].as_py()
 
     def read(

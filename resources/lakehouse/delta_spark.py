@@ -189,10 +189,14 @@ class DeltaSparkEngine(port.DeltaEngine):
         # Parquet reads only the selected columns (Spark prunes the scan).
         return frame.select(*map(identifier, columns)) if columns else frame
 
-    def count(self, table: str, *, where: Predicate | None = None) -> int:
+    def count(
+        self, table: str, *, where: Predicate | None = None, version: int | None = None
+    ) -> int:
         # A count over whole partitions is a fact of the log: no Spark job.
-        from_log = self._log.count_from_log(table, where=where)
-        return self.read(table, where=where).count() if from_log is None else from_log
+        from_log = self._log.count_from_log(table, where=where, version=version)
+        if from_log is None:
+            return self.read(table, version=version, where=where).count()
+        return from_log
 
     # -- writes (Spark) -----------------------------------------------------------------
 

@@ -341,8 +341,11 @@ class DeltaEngine(ABC):
     ) -> pa.Table: ...
 
     @abstractmethod
-    def count(self, table: str, *, where: Predicate | None = None) -> int:
-        """Rows matching `where`, without bringing them into Python."""
+    def count(
+        self, table: str, *, where: Predicate | None = None, version: int | None = None
+    ) -> int:
+        """Rows matching `where` at `version` (default: the latest), without bringing them
+        into Python."""
 
     @abstractmethod
     def count_from_log(

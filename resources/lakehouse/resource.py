@@ -224,9 +224,11 @@ class Lakehouse(dg.ConfigurableResource):
             self.uri(table), version=version, where=where, columns=columns
         )
 
-    def count(self, table: str, *, where: Predicate | None = None) -> int:
-        """How many rows match `where`."""
-        return self._delta().count(self.uri(table), where=where)
+    def count(
+        self, table: str, *, where: Predicate | None = None, version: int | None = None
+    ) -> int:
+        """How many rows match `where` at `version` (default: the latest)."""
+        return self._delta().count(self.uri(table), where=where, version=version)
 
     def count_from_log(
         self, table: str, *, where: Predicate | None = None, version: int | None = None

@@ -105,6 +105,11 @@ def test_count_matches_the_rows_a_read_returns(lake):
     assert lake.count("t") == 3
     assert lake.count("t", where=eq("day", dt.date(2024, 1, 2))) == 2
     assert lake.count("t", where=eq("device", "it's")) == 0
+    lake.append("t", devices([("d", 2, "w")]), metadata=META)
+    # At a version as at the latest.
+    assert lake.count("t", where=eq("day", dt.date(2024, 1, 2)), version=0) == 2
+    assert lake.count("t", where=eq("device", "d"), version=0) == 0
+    assert lake.count("t", where=eq("device", "d")) == 1
 
 
 def test_a_count_of_whole_partitions_is_read_from_the_log_and_stays_exact(lake):
@@ -131,6 +136,8 @@ def test_a_count_of_whole_partitions_is_read_from_the_log_and_stays_exact(lake):
     for where, rows_matching in expected.items():
         assert lake.count("t", where=where) == rows_matching, where
         assert lake.read_arrow("t", where=where).num_rows == rows_matching, where
+    # At a version (before the delete) from the log as well.
+    assert lake.count("t", where=eq("day", day[1]), version=1) == 3
     log = DeltaRsEngine()
     assert log.count_from_log(lake.uri("t"), where=eq("day", day[1])) == 2
     assert log.count_from_log(lake.uri("t")) == 4
