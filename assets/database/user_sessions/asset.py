@@ -32,6 +32,7 @@ import dagster as dg
 from assets.automation import after_upstream
 from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.database.user_sessions.changes import changed_users
+from assets.database.user_sessions.inputs import InputVersions
 from assets.database.user_sessions.publish import publish
 from assets.database.user_sessions.rebuild import rebuild
 from assets.database.user_sessions.tables import USER_SESSIONS
@@ -55,11 +56,12 @@ def build(
     keys = context.partition_keys
     span = run_span(keys)
     days = [parse_day(key) for key in keys]
-    changes = changed_users(lakehouse, days)
+    inputs = InputVersions.current(lakehouse)
+    changes = changed_users(lakehouse, days, inputs)
     changed = {mark.day for mark in changes.marks}
     committed: dict[str, Any] = {}
     if changed:
-        rebuilt = rebuild(lakehouse, changes, gap)
+        rebuilt = rebuild(lakehouse, changes, gap, inputs)
         result, retired = publish(
             lakehouse,
             rebuilt,
@@ -79,6 +81,7 @@ def build(
                 f"{rebuilt.window.end:%Y-%m-%d %H:%M} UTC",
                 "widenings": dg.MetadataValue.int(rebuilt.widenings),
                 "users_rebuilt": str(changes.users),
+                **inputs.metadata(),
             },
         )
     unchanged: dict[str, Any] = {}
@@ -88,6 +91,7 @@ def build(
             USER_SESSIONS,
             reason="no visit of the day changed since its sessions were built",
             partition_key=span,
+            extra=inputs.metadata(),
         )
     return {
         key: committed if day in changed else unchanged for key, day in zip(keys, days, strict=True)

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from assets.database.user_sessions.inputs import InputVersions
 from assets.database.user_sessions.tables import BUILDS
 from assets.database.user_sessions.users import (
     MAX_NAMED_USERS,
@@ -58,11 +59,11 @@ class Changes:
     """Oldest day first."""
 
 
-def changed_users(lakehouse: Lakehouse, days: Sequence[dt.date]) -> Changes:
-    """The users whose visits of `days` changed since the days' sessions were last
-    built: those with visits first seen after a day's stored mark, when the day only
-    gained visits; every user of a day built for the first time or that lost or swapped
-    visits (or gained more than `MAX_NAMED_USERS` users' visits).
+def changed_users(lakehouse: Lakehouse, days: Sequence[dt.date], inputs: InputVersions) -> Changes:
+    """The users whose visits of `days` (at the `inputs` versions) changed since the
+    days' sessions were last built: those with visits first seen after a day's stored
+    mark, when the day only gained visits; every user of a day built for the first time
+    or that lost or swapped visits (or gained more than `MAX_NAMED_USERS` users' visits).
 
     Detecting a change reads each built day's visit count from the log and the
     first-seen records newer than its mark (a handful of rows), never the day's visits
@@ -78,6 +79,7 @@ def changed_users(lakehouse: Lakehouse, days: Sequence[dt.date]) -> Changes:
     if stored:
         newer = lakehouse.read_arrow(
             FIRST_SEEN,
+            version=inputs.first_seen,
             where=any_of(
                 eq("event_date", day) & Compare("first_seen_at", ">", instant(seen_through))
                 for day, seen_through in through.items()
@@ -96,7 +98,7 @@ def changed_users(lakehouse: Lakehouse, days: Sequence[dt.date]) -> Changes:
     whole = [day for day in days if day not in stored]
     for day, mark in stored.items():
         new = new_by_day.get(day, [])
-        count = lakehouse.count(VISITS_DAILY, where=eq("event_date", day))
+        count = lakehouse.count(VISITS_DAILY, where=eq("event_date", day), version=inputs.visits)
         if count != mark.visits + len(new):
             whole.append(day)
         elif new:
@@ -108,18 +110,25 @@ def changed_users(lakehouse: Lakehouse, days: Sequence[dt.date]) -> Changes:
         marks.clear()
     if not whole:
         return Changes(NamedUsers(sorted(named)), sorted(marks, key=lambda mark: mark.day))
-    users, every_mark = _whole_days(lakehouse, sorted(whole), named, marks)
+    users, every_mark = _whole_days(lakehouse, sorted(whole), named, marks, inputs)
     return Changes(EveryUserOf(users), every_mark)
 
 
 def _whole_days(
-    lakehouse: Lakehouse, whole: list[dt.date], named: set[str], marks: list[DayMark]
+    lakehouse: Lakehouse,
+    whole: list[dt.date],
+    named: set[str],
+    marks: list[DayMark],
+    inputs: InputVersions,
 ) -> tuple[DataFrame, list[DayMark]]:
     """Every user of the `whole` days (and the `named` ones), checkpointed, and the
     marks of every changed day."""
     spark = lakehouse.spark.session()
     day_visits = lakehouse.read(
-        VISITS_DAILY, where=is_in("event_date", whole), columns=["event_date", "user_id"]
+        VISITS_DAILY,
+        version=inputs.visits,
+        where=is_in("event_date", whole),
+        columns=["event_date", "user_id"],
     )
     users = day_visits.select("user_id")
     if named:
@@ -129,7 +138,10 @@ def _whole_days(
     counts: dict[dt.date, int] = dict(day_visits.groupBy("event_date").count().collect())
     seen: dict[dt.date, int] = dict(
         lakehouse.read(
-            FIRST_SEEN, where=is_in("event_date", whole), columns=["event_date", "first_seen_at"]
+            FIRST_SEEN,
+            version=inputs.first_seen,
+            where=is_in("event_date", whole),
+            columns=["event_date", "first_seen_at"],
         )
         .groupBy("event_date")
         .agg(F.max(F.unix_micros("first_seen_at")))

@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from assets.database.user_sessions.changes import Changes
+from assets.database.user_sessions.inputs import InputVersions
 from assets.database.user_sessions.sessionize import sessionize
 from assets.database.user_sessions.tables import (
     RETIRED,
@@ -53,12 +54,16 @@ def _overlapping(lakehouse: Lakehouse, window: TimeWindow, users: Users) -> Data
     return users.read(lakehouse, USER_SESSIONS, STORED_COLUMNS, near)
 
 
-def _visits_within(lakehouse: Lakehouse, window: TimeWindow, users: Users) -> DataFrame:
+def _visits_within(
+    lakehouse: Lakehouse, window: TimeWindow, users: Users, inputs: InputVersions
+) -> DataFrame:
     low, high = window.dates
     days = between("event_date", low, high)
     columns = ["visit_id", "user_id", "event_time", "event_date"]
-    visits = users.read(lakehouse, VISITS_DAILY, columns, days)
-    first_seen = users.read(lakehouse, FIRST_SEEN, ["visit_id", "first_seen_at"], days)
+    visits = users.read(lakehouse, VISITS_DAILY, columns, days, inputs.visits)
+    first_seen = users.read(
+        lakehouse, FIRST_SEEN, ["visit_id", "first_seen_at"], days, inputs.first_seen
+    )
     return visits.join(first_seen.drop("user_id"), "visit_id", "left").where(
         (F.col("event_time") >= F.lit(window.start)) & (F.col("event_time") <= F.lit(window.end))
     )
@@ -73,9 +78,11 @@ class Rebuild:
     changes: Changes
 
 
-def rebuild(lakehouse: Lakehouse, changes: Changes, gap: dt.timedelta) -> Rebuild:
-    """The sessions that the `changes` (of at least one day) can touch, rebuilt, and the
-    stored ids they retire."""
+def rebuild(
+    lakehouse: Lakehouse, changes: Changes, gap: dt.timedelta, inputs: InputVersions
+) -> Rebuild:
+    """The sessions that the `changes` (of at least one day) can touch, rebuilt from the
+    visits at the `inputs` versions, and the stored ids they retire."""
     users = changes.users
     first, last = changes.marks[0].day, changes.marks[-1].day
     window = TimeWindow(
@@ -100,7 +107,7 @@ def rebuild(lakehouse: Lakehouse, changes: Changes, gap: dt.timedelta) -> Rebuil
     low, high, _ = pinned_reached.span(gap)
     window = window.widened(low, high)
     while True:
-        sessions = sessionize(_visits_within(lakehouse, window, users), gap)
+        sessions = sessionize(_visits_within(lakehouse, window, users, inputs), gap)
         # Rebuilt: the sessions holding a visit of the changed days, or covering a
         # stored one the changes reach (a session split off by a removed visit).
         touching = sessions.join(

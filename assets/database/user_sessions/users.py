@@ -78,11 +78,15 @@ class NamedUsers:
         table: str,
         columns: list[str],
         where: Predicate | None = None,
+        version: int | None = None,
     ) -> DataFrame:
-        """Their rows of `table` (`where`), with `user_id` among the columns."""
+        """Their rows of `table` (`where`, at `version`), with `user_id` among the columns."""
         mine = is_in("user_id", self.names)
         return lakehouse.read(
-            table, where=mine if where is None else And((where, mine)), columns=_with_user(columns)
+            table,
+            version=version,
+            where=mine if where is None else And((where, mine)),
+            columns=_with_user(columns),
         )
 
     def pin(self, frame: DataFrame) -> Pinned:
@@ -105,9 +109,10 @@ class EveryUserOf:
         table: str,
         columns: list[str],
         where: Predicate | None = None,
+        version: int | None = None,
     ) -> DataFrame:
-        """Their rows of `table` (`where`), with `user_id` among the columns."""
-        rows = lakehouse.read(table, where=where, columns=_with_user(columns))
+        """Their rows of `table` (`where`, at `version`), with `user_id` among the columns."""
+        rows = lakehouse.read(table, version=version, where=where, columns=_with_user(columns))
         return rows.join(self.frame, "user_id", "left_semi")
 
     def pin(self, frame: DataFrame) -> Pinned:

@@ -12,6 +12,9 @@ from assets.database.user_sessions import (
     SessionSettings,
     user_sessions,
 )
+from assets.database.user_sessions.changes import changed_users
+from assets.database.user_sessions.inputs import InputVersions
+from assets.database.user_sessions.rebuild import rebuild
 from assets.overwriting import visits_daily
 from assets.overwriting.visit_first_seen import FIRST_SEEN
 
@@ -268,3 +271,40 @@ def test_days_built_one_after_another_over_sessions_around_the_clock(
                 (f"u{user}", f"{visits[0]:%d %H:%M}", f"{visits[-1]:%d %H:%M}", len(visits))
             )
     assert sorted(sessions(lakehouse).values()) == sorted(want)
+
+
+@pytest.mark.long_on_delta_spark
+def test_a_build_reads_the_visits_at_the_versions_it_started_with_and_names_them(
+    resources, lakehouse, write_visits
+):
+    """A visits run that commits while a build of sessions runs is seen by the next
+    build whole, never by part of this one; each materialization names what it read."""
+    early = dg.materialize(
+        [user_sessions],
+        partition_key=DAY.isoformat(),
+        resources={**resources, "session_settings": SessionSettings()},
+        raise_on_error=False,
+    )
+    [failure] = early.get_step_failure_events()
+    assert "no table visits_daily or visit_first_seen yet" in str(failure.event_specific_data)
+
+    deliver(write_visits, DAY, "a.jsonl", [("v1", "u1", "10:00")])
+    metadata = run(resources, DAY)
+    assert metadata["visits_daily_version"].value == lakehouse.version("visits_daily")
+    assert metadata["visit_first_seen_version"].value == lakehouse.version(FIRST_SEEN)
+
+    deliver(write_visits, DAY, "b.jsonl", [("v2", "u1", "10:10")])
+    dg.materialize([visits_daily], partition_key=DAY.isoformat(), resources=resources)
+    pinned = InputVersions.current(lakehouse)  # a build starts here
+    deliver(write_visits, DAY, "c.jsonl", [("v3", "u1", "10:20")])
+    dg.materialize([visits_daily], partition_key=DAY.isoformat(), resources=resources)
+    gap = dt.timedelta(minutes=SessionSettings().gap_minutes)
+    changes = changed_users(lakehouse, [DAY], pinned)
+    assert [(mark.day, mark.visits) for mark in changes.marks] == [(DAY, 2)]
+    rebuilt = rebuild(lakehouse, changes, gap, pinned).sessions
+    assert [(r["user_id"], r["visits"]) for r in rebuilt.collect()] == [("u1", 2)]
+
+    # The next build reads the latest versions and takes the third visit in.
+    metadata = run(resources, DAY)
+    assert metadata["visits_daily_version"].value == pinned.visits + 1
+    assert [visits for *_rest, visits in sessions(lakehouse).values()] == [3]
