@@ -307,6 +307,7 @@ def day_facts(result: dg.ExecuteInProcessResult) -> dict[str | None, tuple]:
     }
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_backfilled_range_is_one_pass_then_a_commit_per_day_as_days_run_alone_make(
     resources, settings, lakehouse, write_payments, instance, tmp_path, engine
 ):

@@ -190,6 +190,7 @@ def test_sessions_across_midnight_are_whole_whatever_the_order_of_days(
     ]
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_backfilled_range_builds_its_days_in_one_run_as_runs_of_each_day_do(
     resources, lakehouse, write_visits, instance
 ):
