@@ -5,6 +5,11 @@ defaults (cleaned after every commit, which lists and stats the whole `_delta_lo
 Each figure is the mean of 20 appends. Bound: the port's append at version 1,000 at most
 3 times its append at version 10.
 
+Then the reads of a run that pins the version it found (`user_sessions` counts each day
+of its range at it): a count of one day from the log, for each day of a 364-day table,
+at the latest version, at the version pinned, and at the version before it (a commit
+came in after the pin), through the port.
+
 Run: `.venv/bin/python benchmarks/delta_log.py` (or `make bench`).
 """
 
@@ -20,6 +25,7 @@ import pyarrow as pa  # noqa: E402
 from deltalake import DeltaTable, write_deltalake  # noqa: E402
 
 from resources import Lakehouse, SparkResource  # noqa: E402
+from resources.lakehouse.predicates import eq  # noqa: E402
 
 VERSIONS = (10, 100, 1_000)
 APPENDS = 20
@@ -61,6 +67,31 @@ def costs(through_port: bool) -> dict[int, float]:
         return seconds
 
 
+DAYS = 364
+
+
+def pinned_counts() -> dict[str, float]:
+    """Mean seconds of a day's count at the latest version and at pinned ones."""
+    with tempfile.TemporaryDirectory() as root:
+        lake = Lakehouse(root=root, spark=SparkResource())
+        for day in range(DAYS):
+            lake.append("t", rows(day), metadata=META, partition_by=["day"])
+        latest = lake.version("t")
+        assert latest is not None
+        seconds = {}
+        for label, version in (
+            ("latest", None),
+            ("pinned", latest),
+            ("pinned before a commit", latest - 1),
+        ):
+            days = [dt.date(2024, 1, 1) + dt.timedelta(days=day) for day in range(DAYS)]
+            started = time.perf_counter()
+            counted = sum(lake.count("t", where=eq("day", day), version=version) for day in days)
+            seconds[label] = (time.perf_counter() - started) / DAYS
+            assert counted == 3 * DAYS - 3 * (version == latest - 1)
+        return seconds
+
+
 def main() -> int:
     port, default = costs(through_port=True), costs(through_port=False)
     print(f"An append of 3 rows to a table with history (mean of {APPENDS}):")
@@ -76,6 +107,9 @@ def main() -> int:
         f"  version {VERSIONS[-1]:,} / version {VERSIONS[0]}: port {growth:.2f} (bound {BOUND}) "
         f"{verdict}; delta-rs defaults {default_growth:.2f}"
     )
+    counts = pinned_counts()
+    print(f"A count of one day from the log, each day of a {DAYS}-day table in turn:")
+    print("  " + ", ".join(f"{label} {mean * 1000:.2f} ms" for label, mean in counts.items()))
     return 0 if growth <= BOUND else 1
 
 

@@ -188,9 +188,15 @@ class DeltaRsEngine(port.DeltaEngine):
         since then as it commits, and refuses a commit that a newer one carrying the same
         app id, or touching the files it read or replaces, makes wrong. The refused
         commit is retried (the lakehouse's commit loop) on a snapshot brought up to date."""
+        self._pinned: dict[str, DeltaTable] = {}
+        """Per table, the last snapshot opened at a version asked for. A run that pins the
+        version it found reads at it many times (a count per day of a range): opened anew
+        each time, 364 counts took 6.1 s against 0.20 s kept. A snapshot at a version never
+        changes; one of a table dropped through the lakehouse is forgotten."""
 
     def forget(self, table: str) -> None:
         self._latest.pop(table, None)
+        self._pinned.pop(table, None)
         self._opened_at.pop(table, None)
         self._app_versions.pop(table, None)
         self._own_tips.pop(table, None)
@@ -237,7 +243,12 @@ class DeltaRsEngine(port.DeltaEngine):
     ) -> DeltaTable:
         """The table at `version`, else its latest snapshot: the one kept from the last
         call, brought up to date, or as it is when it is already at `fresh_as_of` or
-        later (a write leaves its snapshot at its own commit: nothing to ask the store)."""
+        later (a write leaves its snapshot at its own commit: nothing to ask the store).
+        A read at `version` is served by the snapshot the last one opened when that is at
+        `version` (never by the latest one, which a later call brings up to date)."""
+        if version is not None and (pinned := self._pinned.get(table)) is not None:
+            if pinned.version() == version:
+                return pinned
         if version is None and (latest := self._latest.get(table)) is not None:
             if fresh_as_of is None or latest.version() < fresh_as_of:
                 try:
@@ -263,6 +274,8 @@ class DeltaRsEngine(port.DeltaEngine):
         if version is None:
             self._latest[table] = delta
             self._opened_at[table] = delta.version()
+        else:
+            self._pinned[table] = delta
         return delta
 
     def exists(self, table: str) -> bool:
