@@ -60,6 +60,7 @@ def test_runs_and_operators_reach_the_kept_decision_across_a_restart(deployment,
     assert deployment.totals() == expected_totals(kept)
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_release_of_a_quarantined_file_is_followed(deployment):
     files = history(["Tool01"], files_per_subject=6, rows_per_file=40)
     deployment.settings = TelemetrySettings(lateness_horizon_hours=18)

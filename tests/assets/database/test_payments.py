@@ -219,6 +219,7 @@ def test_a_mutable_column_may_change_without_a_conflict(resources, lakehouse, wr
         PaymentsSettings(mutable_columns=["iban"]).compared_columns()
 
 
+@pytest.mark.long_on_delta_spark
 def test_bad_lines_are_named_and_nothing_is_written(resources, settings, lakehouse, write_payments):
     write_payments(
         DAY1,

@@ -73,6 +73,7 @@ def test_duplicate_keys_in_one_file_take_the_last_line(resources, lakehouse, wri
     assert metadata["rows_inserted"].value == 1
 
 
+@pytest.mark.long_on_delta_spark
 @pytest.mark.parametrize(
     ("body", "message"),
     [

@@ -268,6 +268,7 @@ def test_a_value_of_another_type_is_named_by_file_line_and_field(lakehouse, writ
     assert not lakehouse.exists(warehouse_table("purchase"))
 
 
+@pytest.mark.long_on_delta_spark
 @pytest.mark.parametrize(
     ("files", "problem"),
     [

@@ -83,6 +83,7 @@ def test_a_clean_batch_is_staged_audited_and_published(lakehouse, write_batch, r
     assert published["delta_version"].value == lakehouse.version(USER_EVENTS)
 
 
+@pytest.mark.long_on_delta_spark
 @pytest.mark.parametrize(
     "bad_time",
     [
