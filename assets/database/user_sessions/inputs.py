@@ -33,7 +33,8 @@ class InputVersions:
         visits = lakehouse.version(VISITS_DAILY)
         first_seen = lakehouse.version(FIRST_SEEN)
         if visits is None or first_seen is None:
-            missing = [VISITS_DAILY] * (visits is None) + [FIRST_SEEN] * (first_seen is None)
+            pairs = ((VISITS_DAILY, visits), (FIRST_SEEN, first_seen))
+            missing = [table for table, found in pairs if found is None]
             raise dg.Failure(
                 f"no table {' or '.join(missing)} yet: materialize visits_daily (which writes "
                 "both) for days with visits first"
