@@ -9,6 +9,7 @@ import json
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -18,7 +19,7 @@ from support import DELTA_JARS
 
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.object_store import ClientConfig, S3Config, S3Storage
-from resources.spark_server import long_lived_spark
+from resources.spark_server import SparkServer, alive, long_lived_spark
 
 
 @pytest.fixture(scope="session")
@@ -91,23 +92,46 @@ def connect_server(request, tmp_path_factory, s3_endpoint: str) -> Iterator[dict
             yield exports
 
 
+@dataclass(frozen=True)
+class StartedSpark:
+    """A long-lived Spark this test process started, as `make dev` starts one."""
+
+    state: Path
+    variables: dict[str, str]
+    """SPARK_REMOTE and SPARK_SERVER_STATE, as run processes are given them."""
+    said: list[str]
+    """The lines `long_lived_spark` said, in order."""
+
+
 @pytest.fixture(scope="session")
-def spark_remote(tmp_path_factory, connect_server) -> Iterator[dict[str, str]]:
-    """The long-lived Spark `make dev` starts (a Spark Connect server, started once for the
-    session when a test asks for it, stopped by its pid at the end): tests that launch
-    run processes give them these variables, and the runs attach to it as they do under
-    `make dev`, instead of booting a JVM each. A suite run attached to a long-lived Spark
-    (SPARK_REMOTE) gives them that one."""
+def started_spark(tmp_path_factory) -> Iterator[StartedSpark]:
+    """The long-lived Spark `make dev` starts (a Spark Connect server), started once for
+    the session when a test asks for it. Its starter stops it by its pid at the end, and
+    the session's end checks that it did: the server is gone, and so is its state."""
+    state = tmp_path_factory.mktemp("spark") / "connect"
+    said: list[str] = []
+    with long_lived_spark(state, {}, say=said.append) as variables:
+        server = SparkServer(state).description()
+        assert server is not None
+        yield StartedSpark(state, variables, said)
+    assert not alive(server.pid), f"the long-lived Spark {server.pid} outlived its starter"
+    assert SparkServer(state).description() is None
+    assert "Stopped the long-lived Spark" in said[-1]
+
+
+@pytest.fixture(scope="session")
+def spark_remote(request, connect_server) -> dict[str, str]:
+    """The long-lived Spark for tests that launch run processes: they give the runs these
+    variables, and the runs attach to it as they do under `make dev`, instead of booting
+    a JVM each. A suite run attached to a long-lived Spark (SPARK_REMOTE) gives them that
+    one; otherwise it is `started_spark`."""
     if os.environ.get("SPARK_REMOTE"):
-        yield {
+        return {
             name: os.environ[name]
             for name in ("SPARK_REMOTE", "SPARK_SERVER_STATE")
             if name in os.environ
         }
-        return
-    state = tmp_path_factory.mktemp("spark") / "connect"
-    with long_lived_spark(state, {}, say=lambda line: None) as variables:
-        yield variables
+    return request.getfixturevalue("started_spark").variables
 
 
 @pytest.fixture(scope="session")

@@ -49,31 +49,31 @@ def attach(remote: str, state: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_long_lived_spark_is_reused_and_stopped_by_its_starter(tmp_path):
-    state = tmp_path / "spark" / "connect"
-    said = []
-    with long_lived_spark(state, {}, say=said.append) as env:
-        first = SparkServer(state).description()
-        assert env == {"SPARK_REMOTE": first.remote, "SPARK_SERVER_STATE": str(state)}
-        assert first.remote.startswith("sc://127.0.0.1:") and first.owner == os.getpid()
-        assert "long-lived Spark Connect" in said[0] and first.log in said[0]
-        assert said[1].startswith("SQL (JDBC):       jdbc:hive2://127.0.0.1:")
-        assert first.jdbc in said[1] and answers("127.0.0.1", first.jdbc_port)
-        # Its catalog's schema is there before any table is: the JDBC URL answers.
-        command, shell_env = beeline(first.jdbc, "-e", "SHOW TABLES")
-        shown = subprocess.run(command, env=shell_env, capture_output=True, timeout=300)
-        assert shown.returncode == 0
+def test_the_long_lived_spark_is_reused_and_stopped_by_its_starter(started_spark):
+    """The session's long-lived Spark (`started_spark`, which the catalog and run-process
+    tests share) as its starter made it; its stop by its starter's pid is checked when the
+    session ends, by the fixture."""
+    state, env, said = started_spark.state, started_spark.variables, started_spark.said
+    first = SparkServer(state).description()
+    assert first is not None
+    assert env == {"SPARK_REMOTE": first.remote, "SPARK_SERVER_STATE": str(state)}
+    assert first.remote.startswith("sc://127.0.0.1:") and first.owner == os.getpid()
+    assert "long-lived Spark Connect" in said[0] and first.log in said[0]
+    assert said[1].startswith("SQL (JDBC):       jdbc:hive2://127.0.0.1:")
+    assert first.jdbc in said[1] and answers("127.0.0.1", first.jdbc_port)
+    # Its catalog's schema answers over JDBC, with or without tables in it.
+    command, shell_env = beeline(first.jdbc, "-e", "SHOW TABLES")
+    shown = subprocess.run(command, env=shell_env, capture_output=True, timeout=300)
+    assert shown.returncode == 0
 
-        # A second `make demo` beside it reuses it and leaves it running on its way out.
-        with long_lived_spark(state, {}, say=said.append) as again:
-            assert again == env
-        assert "already up" in said[-2] and first.jdbc in said[-1]
-        assert alive(first.pid)
-        assert "rows 7" in attach(env["SPARK_REMOTE"], str(state)).stdout
-
-    assert not alive(first.pid)
-    assert SparkServer(state).description() is None
-    assert "Stopped the long-lived Spark" in said[-1]
+    # A second `make demo` beside it reuses it and leaves it running on its way out.
+    before = len(said)
+    with long_lived_spark(state, {}, say=said.append) as again:
+        assert again == env
+    assert "already up" in said[before] and first.jdbc in said[before + 1]
+    assert len(said) == before + 2
+    assert alive(first.pid) and SparkServer(state).description() == first
+    assert "rows 7" in attach(env["SPARK_REMOTE"], str(state)).stdout
 
 
 @pytest.mark.slow  # fault injection: a second JVM boot after the first is killed
