@@ -147,6 +147,7 @@ def test_restoring_one_partition_leaves_the_others_as_they_are(
     assert rows(lakehouse) == sorted([*good_day, "bad", "late"])
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_whole_table_restore_reports_every_partition_it_moved(
     resources, instance, lakehouse, write_visits
 ):
@@ -171,6 +172,7 @@ def test_a_whole_table_restore_reports_every_partition_it_moved(
     assert lakehouse.history(VISITS_DAILY, limit=1)[0].operation == "RESTORE"
 
 
+@pytest.mark.long_on_delta_spark
 def test_partitions_moved_along_with_a_whole_table_need_a_rerun(
     resources, instance, lakehouse, landing
 ):
@@ -232,6 +234,7 @@ def test_restore_requests_that_name_nothing_restorable_are_refused(resources, in
         run_job(restore_table, instance, resources, undo("visits_daily", "2024-01-01"))
 
 
+@pytest.mark.long_on_delta_spark
 def test_the_jobs_restore_and_vacuum_a_table_on_the_object_store(
     spark, s3_lakehouse, landing, instance, write_visits
 ):

@@ -155,6 +155,7 @@ def test_each_asset_registers_in_its_own_partition_compacted_on_its_own_count(la
     assert latest_input(lakehouse, "quiet", "p").version == 1
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_replayed_input_is_skipped_without_a_commit(lakehouse):
     first = write_rows(lakehouse, "A", [1, 2])
     assert first.result is not None and first.result.version == 1  # 0 created it empty
@@ -265,6 +266,7 @@ def versioned_asset(code_version: str) -> dg.AssetsDefinition:
     return asset
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_new_code_version_is_a_new_input(lakehouse):
     def run(code_version: str) -> dict:
         result = dg.materialize(

@@ -129,6 +129,7 @@ def test_a_tick_reads_only_the_materializations_since_its_cursor_and_misses_none
     assert tick(instance, landing, settled.cursor).run_requests == []
 
 
+@pytest.mark.long_on_delta_spark
 def test_devices_days_are_merged_in_date_order_whatever_order_they_land(
     resources, lakehouse, instance, landing, land
 ):

@@ -187,6 +187,7 @@ def test_a_batch_with_a_conflict_commits_none_of_its_new_payments(
     assert sorted(stored(lakehouse)) == ["k1", "k2", "new1"]
 
 
+@pytest.mark.long_on_delta_spark
 def test_rerunning_an_ingested_day_changes_nothing_and_commits_nothing(
     resources, settings, lakehouse, write_payments
 ):

@@ -120,6 +120,7 @@ def test_the_proxy_follows_new_snapshots_and_points_back(lakehouse, spark):
     assert statuses == {first_run: "current", second["run_of_snapshot"].value: "kept"}
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_retry_of_the_same_run_reuses_its_snapshot(lakehouse):
     catalog(lakehouse, ["a"])
     run_id = str(uuid.uuid4())

@@ -110,6 +110,7 @@ def test_running_a_day_twice_gives_identical_content(resources, lakehouse, three
     assert metadata["table_uri"].value.endswith("/visits_daily")
 
 
+@pytest.mark.long_on_delta_spark
 def test_backfilling_a_day_leaves_other_days_files_untouched(
     resources, lakehouse, three_days, write_visits
 ):
@@ -174,6 +175,7 @@ def test_a_failure_in_the_middle_of_a_write_leaves_the_previous_content(
     assert table_rows(lakehouse) == sorted([*before, late_row])
 
 
+@pytest.mark.long_on_delta_spark
 def test_bad_input_names_file_and_line_and_commits_nothing(
     resources, lakehouse, three_days, write_visits
 ):

@@ -53,6 +53,7 @@ def write_weeks(write_visits, weeks=WEEKS, per_day: int = 3) -> None:
             write_visits(day, "part.jsonl", day_of_visits(day, per_day))
 
 
+@pytest.mark.long_on_delta_spark
 def test_week_spanning_new_year_reads_its_seven_days(resources, lakehouse, spark, write_visits):
     write_weeks(write_visits, [dt.date(2024, 12, 30)], per_day=2)
     materialize(resources, dt.date(2024, 12, 30))

@@ -183,6 +183,7 @@ def test_replays_and_copies_change_nothing(lakehouse, write_run, run_job):
     assert loaded["already_loaded"].value == RUN_A
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_backlog_loads_in_one_run(lakehouse, write_run, run_job):
     write_run(RUN_A, {"a.json": [page_view("p1")]})
     write_run(RUN_B, {"a.json": [page_view("p2"), purchase("b2")]})

@@ -132,6 +132,7 @@ def test_a_bad_line_is_named_by_file_line_and_field(write_batch, stage, line, re
     assert f"events/bad.jsonl:2: {reason}" in str(error.value)
 
 
+@pytest.mark.long_on_delta_spark
 def test_the_newest_version_wins_inside_a_batch_and_across_batches(lakehouse, write_batch, apply):
     write_batch("b1", [event({"v": 1}, event_id="e1"), event({"v": 2}, event_id="e1", ts=T1)])
     merged = apply("b1")
@@ -147,6 +148,7 @@ def test_the_newest_version_wins_inside_a_batch_and_across_batches(lakehouse, wr
     assert table(lakehouse) == [("e1", '{"v":3}', False, "2024-05-04T00:00:00+00:00")]
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_tombstone_keeps_older_upserts_out_and_lets_newer_ones_in(lakehouse, write_batch, apply):
     write_batch("delete", [event({}, event_id="e1", ts=T1, op="delete")])
     apply("delete")  # a tombstone for a key never seen before is stored too
@@ -213,6 +215,7 @@ def test_any_order_of_batches_replayed_any_number_of_times_gives_one_table(
 FAR = "2024-05-09T09:00:00+00:00"
 
 
+@pytest.mark.long_on_delta_spark
 def test_the_merge_is_pinned_to_the_batchs_days(lakehouse, write_batch, apply):
     """A batch leaves the files of days that hold none of its keys as they are."""
     write_batch("day1", [event({"v": i}, event_id=f"d1-{i}") for i in range(3)])

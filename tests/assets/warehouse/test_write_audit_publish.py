@@ -109,6 +109,7 @@ def test_an_event_time_out_of_bounds_fails_the_run_and_publishes_nothing(
     assert lakehouse.count(STAGING, where=eq("batch_id", "bad")) == 2
 
 
+@pytest.mark.long_on_delta_spark
 def test_publishing_alone_audits_again_and_refuses_a_damaged_stage(
     lakehouse, write_batch, run_batch
 ):
@@ -142,6 +143,7 @@ def test_a_batch_id_with_quotes_and_spaces_is_its_own_partition(lakehouse, write
     assert lakehouse.count(USER_EVENTS) == 2
 
 
+@pytest.mark.long_on_delta_spark
 def test_replaying_a_batch_leaves_the_table_as_it_was(lakehouse, write_batch, run_batch):
     write_batch("b1", [event("e1"), event("e2", ts="2024-05-03T10:00:00+00:00")])
     assert run_batch("b1").success
