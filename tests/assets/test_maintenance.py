@@ -199,6 +199,7 @@ def test_restore_to_an_explicit_version(resources, instance, lakehouse, two_mate
     assert rows(lakehouse) == two_materializations
 
 
+@pytest.mark.long_on_delta_spark
 def test_restore_refuses_a_vacuumed_version_and_changes_nothing(
     resources, instance, lakehouse, two_materializations
 ):

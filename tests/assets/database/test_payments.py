@@ -115,6 +115,7 @@ def test_a_key_replayed_with_another_payload_fails_naming_key_and_column(
     assert not check(failed).passed
 
 
+@pytest.mark.long_on_delta_spark
 def test_the_same_payment_twice_is_stored_once_and_counted_as_replayed(
     resources, settings, lakehouse, write_payments
 ):

@@ -62,7 +62,6 @@ def tables(lakehouse) -> tuple:
     )
 
 
-@pytest.mark.long_on_delta_spark
 def test_late_visits_join_their_session_which_keeps_its_id(resources, lakehouse, write_visits):
     """The book's case: the job restarts after late data landed, and every existing
     session keeps its id, also when a late visit is earlier than the session's first."""
@@ -150,7 +149,7 @@ def test_a_session_split_off_again_never_takes_back_a_retired_id(
 @pytest.mark.parametrize(
     "order",
     [
-        pytest.param((DAY, NEXT), id="in-order"),
+        pytest.param((DAY, NEXT), id="in-order", marks=pytest.mark.long_on_delta_spark),
         pytest.param((NEXT, DAY), id="next-day-first", marks=pytest.mark.long_on_delta_spark),
     ],
 )

@@ -95,6 +95,7 @@ def test_a_write_once_table_refuses_a_second_write_and_stays_intact(lakehouse):
         snapshot_table("../catalog")
 
 
+@pytest.mark.long_on_delta_spark
 def test_the_proxy_follows_new_snapshots_and_points_back(lakehouse, spark):
     with pytest.raises(SnapshotError, match="no current snapshot"):
         read_device_snapshot(lakehouse)

@@ -226,6 +226,7 @@ def test_bad_input_names_file_and_line_and_commits_nothing(
     assert lakehouse.version(VISITS_DAILY) == version
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_backfilled_range_is_one_run_with_a_commit_and_a_materialization_per_day(
     resources, lakehouse, three_days, instance
 ):

@@ -37,6 +37,7 @@ def table(lakehouse) -> list[tuple]:
     )
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_replayed_delete_keeps_the_device_deleted(resources, lakehouse, write_cdc):
     write_cdc(DAY1, "type;full_name;version\nphone;Galaxy S;1\nphone;Pixel;2\ntablet;Tab;1\n")
     materialize(resources, DAY1)

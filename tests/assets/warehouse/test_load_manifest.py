@@ -119,6 +119,7 @@ def state(lakehouse, run_id: str) -> manifest.ManifestRow:
     return manifest.read(lakehouse, [run_id])[run_id]
 
 
+@pytest.mark.long_on_delta_spark
 def test_a_run_moves_new_processed_loaded(lakehouse, landing, spark, write_run):
     write_run(
         RUN_A, {"part-0.json": [page_view("p1"), purchase("b1")], "part-1.json": [click("c1")]}
