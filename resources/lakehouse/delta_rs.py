@@ -12,6 +12,7 @@ import datetime as dt
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,6 +27,7 @@ from deltalake import (
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from resources.lakehouse import port
+from resources.lakehouse.deletion_vectors import deleted_rows
 from resources.lakehouse.frames import frame_from_arrow, is_arrow
 from resources.lakehouse.predicates import (
     And,
@@ -594,15 +596,19 @@ def _rows_from_log(delta: DeltaTable, where: Predicate | None) -> int | None:
 
 
 def _sum_rows(delta: DeltaTable, files: pa.Table) -> int | None:
-    # Files that may carry deletion vectors count their deleted rows too: not exact.
-    if "deletionVectors" in (delta.protocol().writer_features or []):
-        return None
     if files.num_rows == 0:
         return 0
     rows = files.column("num_records")
     if rows.null_count:
         return None
-    return pc.sum(rows).as_py() or 0
+    total = pc.sum(rows).as_py() or 0
+    if "deletionVectors" not in (delta.protocol().writer_features or []):
+        return total
+    # A file's count includes the rows its deletion vector deletes.
+    deleted = deleted_rows(delta.table_uri, delta.version())
+    if deleted is None:
+        return None
+    return total - sum(deleted.get(unquote(path), 0) for path in files.column("path").to_pylist())
 
 
 def _history_entry(raw: Mapping[str, Any]) -> port.HistoryEntry:

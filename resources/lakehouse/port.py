@@ -178,7 +178,8 @@ class TableFacts:
     version: int
     columns: list[Column]
     rows: int | None
-    """None when the log cannot tell exactly (files without counts, deletion vectors)."""
+    """None when the log cannot tell exactly (files without counts, deletion vectors in a
+    log not read here: see `deletion_vectors`)."""
     selected_rows: int | None
     """Rows of the partitions a predicate selected (None: no predicate, or not exact)."""
 
@@ -352,8 +353,9 @@ class DeltaEngine(ABC):
         self, table: str, *, where: Predicate | None = None, version: int | None = None
     ) -> int | None:
         """Rows of the files `where` selects at `version` (default: the latest), summed
-        from the log's per-file row counts without reading data; None when that cannot be
-        exact (`where` names a data column, a file has no count, deletion vectors)."""
+        from the log's per-file row counts, less the rows deletion vectors delete, without
+        reading data; None when that cannot be exact (`where` names a data column, a file
+        has no count, deletion vectors in a log not read here: see `deletion_vectors`)."""
 
     @abstractmethod
     def table_facts(
