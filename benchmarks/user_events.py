@@ -16,8 +16,10 @@
    first batch this Spark stages, then a second one in it, as the long-lived Spark
    stages every batch after its first (its JVM has compiled the parse by then).
 
-Run: `.venv/bin/python benchmarks/user_events.py [--engine delta-spark]
-[--deletion-vectors]` (or `make bench`).
+`user_events` is made as the asset makes it, with deletion vectors (`TABLE_PROPERTIES`):
+delta-spark's MERGE marks the rows it replaces, delta-rs copies their files.
+
+Run: `.venv/bin/python benchmarks/user_events.py [--engine delta-spark]` (or `make bench`).
 """
 
 import argparse
@@ -39,6 +41,7 @@ from assets.warehouse import key_index  # noqa: E402
 from assets.warehouse.events_source import batch_file, parse_batch  # noqa: E402
 from assets.warehouse.staging_merge import (  # noqa: E402
     TABLE_COLUMNS,
+    TABLE_PROPERTIES,
     USER_EVENTS,
     deduplicate,
     merge_batch,
@@ -60,14 +63,14 @@ CHUNK = 1_000_000
 """Rows per history commit: delta-rs writes a DataFrame through the driver's memory."""
 
 
-def build_table(lake: Lakehouse, rows: int, properties: dict[str, str]) -> None:
+def build_table(lake: Lakehouse, rows: int) -> None:
     for start in range(0, rows, CHUNK):
         lake.append(
             USER_EVENTS,
             history(lake, start, min(start + CHUNK, rows)),
             partition_by=["event_date"],
             metadata=META,
-            table_properties=properties,
+            table_properties=TABLE_PROPERTIES,
         )
 
 
@@ -147,11 +150,11 @@ def merge_rounds(lake: Lakehouse, rows: int, *, spread: bool) -> Cost:
     )
 
 
-def merge_costs(engine: str, rows: int, *, spread: bool, properties: dict[str, str]) -> list[Cost]:
+def merge_costs(engine: str, rows: int, *, spread: bool) -> list[Cost]:
     """Own-day rounds, then (with `spread`) spread rounds, on one table of `rows`."""
     with tempfile.TemporaryDirectory() as root:
         lake = Lakehouse(root=root, engine=engine, spark=SparkResource())
-        build_table(lake, rows, properties)
+        build_table(lake, rows)
         # The history was appended outside the publish: the index is built once here,
         # as the first publish after an upgrade builds it.
         key_index.described_version(lake, META)
@@ -198,22 +201,10 @@ def line(label: str, cost: Cost) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", default=os.environ.get("LAKEHOUSE_ENGINE", "delta-rs"))
-    parser.add_argument(
-        "--deletion-vectors",
-        action="store_true",
-        help="make user_events with deletion vectors (delta-spark's MERGE then marks the "
-        "rows it replaces instead of rewriting their files; delta-rs rewrites them still)",
-    )
-    args = parser.parse_args()
-    engine = args.engine
-    properties = {"delta.enableDeletionVectors": "true"} if args.deletion_vectors else {}
-    (small,) = merge_costs(engine, SIZES[0], spread=False, properties=properties)
-    large, spread = merge_costs(engine, SIZES[-1], spread=True, properties=properties)
-    layout = ", deletion vectors" if args.deletion_vectors else ""
-    print(
-        f"\nMERGE of a {BATCH:,}-event batch into user_events ({engine}{layout}, "
-        f"median of {ROUNDS}):"
-    )
+    engine = parser.parse_args().engine
+    (small,) = merge_costs(engine, SIZES[0], spread=False)
+    large, spread = merge_costs(engine, SIZES[-1], spread=True)
+    print(f"\nMERGE of a {BATCH:,}-event batch into user_events ({engine}, median of {ROUNDS}):")
     print(line(f"{SIZES[0]:>11,} rows, older versions in the batch's day", small))
     print(line(f"{SIZES[-1]:>11,} rows, older versions in the batch's day", large))
     print(line(f"{SIZES[-1]:>11,} rows, older versions over {SPREAD_DAYS} days", spread))

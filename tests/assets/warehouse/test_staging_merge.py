@@ -222,16 +222,15 @@ def test_the_merge_is_pinned_to_the_batchs_days(lakehouse, write_batch, apply):
     write_batch("day9", [event({"v": i}, event_id=f"d9-{i}", ts=FAR) for i in range(3)])
     apply("day1")
     apply("day9")
-    log, uri = DeltaRsEngine(), lakehouse.uri(USER_EVENTS)
-    before = set(log.file_uris(uri, lakehouse.version(USER_EVENTS)))
     write_batch("day9-again", [event({"v": 9}, event_id="d9-0", ts=FAR, seen=SEEN2)])
     merged = apply("day9-again")
     assert [d.isoformat() for d in merged.days] == ["2024-05-09"]
     assert (merged.files_in_window, merged.files_skipped) == (1, 1)
-    after = set(log.file_uris(uri, lakehouse.version(USER_EVENTS)))
-    replaced = before - after
-    assert replaced and all("event_date=2024-05-09" in u for u in replaced)
-    assert all("event_date=2024-05-01" not in u for u in after - before)
+    # The files the commit removed, added or marked (deletion vectors re-add a file).
+    commit = Path(lakehouse.uri(USER_EVENTS)) / "_delta_log" / f"{merged.result.version:020d}.json"
+    actions = [json.loads(line) for line in commit.read_text().splitlines()]
+    touched = [a[kind]["path"] for a in actions for kind in ("add", "remove") if kind in a]
+    assert touched and all("event_date=2024-05-09" in path for path in touched)
 
 
 # Versions of one event 13 and 36 months apart: further apart than any window.
@@ -265,6 +264,25 @@ def test_versions_years_apart_leave_one_row_at_the_newest(lakehouse, write_batch
     assert days_of(lakehouse, "e1") == ["2024-04-01"]
     assert [r[1] for r in table(lakehouse) if r[0] == "e1"] == ['{"v":3}']
     assert lakehouse.count(USER_EVENTS) == 4  # e1 and one derived key per batch
+
+
+def test_a_row_a_newer_version_moves_out_of_its_day_is_marked_on_delta_spark(
+    lakehouse, write_batch, apply
+):
+    """`user_events` has deletion vectors: Delta Spark's MERGE marks the row a version
+    years newer moves out of its day, and leaves that day's file as it is; delta-rs, which
+    writes no vectors, copies the file without the row. Counts from the log stay exact."""
+    long_ago = LONG_AGO["v1"]["event_timestamp"]
+    write_batch("old", [LONG_AGO["v1"]] + [event(event_id=f"o{i}", ts=long_ago) for i in range(9)])
+    write_batch("new", [LONG_AGO["v2"]])
+    apply("old")
+    merged = apply("new")
+    assert days_of(lakehouse, "e1") == ["2022-05-01"]
+    uri = lakehouse.uri(USER_EVENTS)
+    commit = (Path(uri) / "_delta_log" / f"{merged.result.version:020d}.json").read_text()
+    assert ('"deletionVector":{' in commit) == (lakehouse.engine == "delta-spark")
+    rows = lakehouse.read_arrow(USER_EVENTS).num_rows
+    assert DeltaRsEngine().count_from_log(uri) == rows == 10
 
 
 @pytest.mark.long_on_delta_spark
