@@ -330,11 +330,12 @@ class DeltaRsEngine(port.DeltaEngine):
         selected = None
         if where is not None and _on_partitions(delta, where):
             selected = _in_partitions(files, where)
+        deleted = _vector_deletes(delta)
         return port.TableFacts(
             delta.version(),
             _columns(delta),
-            _sum_rows(delta, files),
-            None if selected is None else _sum_rows(delta, selected),
+            _sum_rows(files, deleted),
+            None if selected is None else _sum_rows(selected, deleted),
         )
 
     def count(
@@ -592,23 +593,29 @@ def _columns(delta: DeltaTable) -> list[port.Column]:
 def _rows_from_log(delta: DeltaTable, where: Predicate | None) -> int | None:
     """Rows of the files `where` selects, summed from the log's per-file counts."""
     selection = _files_selected(delta, where)
-    return None if selection is None else _sum_rows(delta, selection[1])
+    return None if selection is None else _sum_rows(selection[1], _vector_deletes(delta))
 
 
-def _sum_rows(delta: DeltaTable, files: pa.Table) -> int | None:
+def _vector_deletes(delta: DeltaTable) -> dict[str, int] | None:
+    """Per file path, the rows its deletion vector deletes in this snapshot: {} for a table
+    without deletion vectors, None when its log cannot tell (see `deleted_rows`)."""
+    if "deletionVectors" not in (delta.protocol().writer_features or []):
+        return {}
+    return deleted_rows(delta.table_uri, delta.version())
+
+
+def _sum_rows(files: pa.Table, deleted: dict[str, int] | None) -> int | None:
+    """Rows of `files` from the log: their counts, less the rows `deleted` (per path, from
+    `_vector_deletes`) marks, since a file's count includes the rows its vector deletes."""
     if files.num_rows == 0:
         return 0
     rows = files.column("num_records")
-    if rows.null_count:
+    if rows.null_count or deleted is None:
         return None
     total = pc.sum(rows).as_py() or 0
-    if "deletionVectors" not in (delta.protocol().writer_features or []):
-        return total
-    # A file's count includes the rows its deletion vector deletes.
-    deleted = deleted_rows(delta.table_uri, delta.version())
-    if deleted is None:
-        return None
-    return total - sum(deleted.get(unquote(path), 0) for path in files.column("path").to_pylist())
+    if deleted:
+        total -= sum(deleted.get(unquote(path), 0) for path in files.column("path").to_pylist())
+    return total
 
 
 def _history_entry(raw: Mapping[str, Any]) -> port.HistoryEntry:
