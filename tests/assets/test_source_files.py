@@ -11,9 +11,11 @@ from pyspark.sql import functions as F
 
 from assets.source_files import (
     EMPTY_SHA256,
-    LINES_PER_PARTITION_BYTES,
+    Block,
     SourceDataError,
+    WholeFile,
     checked_facts,
+    number_blocks,
     read_lines,
 )
 from resources.landing import LandingZone
@@ -61,20 +63,49 @@ def test_lines_are_numbered_per_file_and_hashed_like_the_sensors_hash(spark, lan
 
 
 def test_a_big_input_is_spread_over_partitions_and_keeps_its_line_numbers(spark, landing):
-    """Over `LINES_PER_PARTITION_BYTES` the lines are parsed by several tasks: each keeps
-    its file, number and text, and the facts are those of the whole file."""
+    """A file of 16 MiB is read in blocks by several tasks (Spark splits it over the
+    session's cores), small files read with it share their tasks: each line keeps its
+    file, number and text, blank lines counted across the blocks, and the facts are those
+    of the whole file."""
     line = b'{"pad": "' + b"x" * 200 + b'"}'
-    count = LINES_PER_PARTITION_BYTES // len(line) + 1_000
-    content = b"\n".join(line.replace(b"x" * 7, b"%07d" % i, 1) for i in range(1, count + 1))
+    count = 16 * 2**20 // len(line)
+    content = b"\n".join(
+        b"" if i % 997 == 0 else line.replace(b"x" * 7, b"%07d" % i, 1) for i in range(1, count + 1)
+    )
     land(landing, "big/all.jsonl", content)
-    rows, facts = lines_of(spark, landing, ["big/all.jsonl"])
-    assert rows.select(F.spark_partition_id()).distinct().count() > 1
-    numbered = rows.select("source_line", F.substring("text", 10, 7).cast("int").alias("n")).where(
+    small = [f"big/small-{i}.jsonl" for i in range(3)]
+    for i, path in enumerate(small):
+        land(landing, path, b"\n" * i + b"first\r\n\n  \nlast")
+    rows, facts = lines_of(spark, landing, ["big/all.jsonl", *small])
+    big = rows.where(F.col("source_file") == "big/all.jsonl")
+    assert big.select(F.spark_partition_id()).distinct().count() > 1
+    numbered = big.select("source_line", F.substring("text", 10, 7).cast("int").alias("n")).where(
         F.col("source_line") != F.col("n")
     )
     assert numbered.count() == 0
-    assert facts.lines == count
-    assert facts.fingerprints[0].sha256 == hashlib.sha256(content).hexdigest()
+    assert sorted(
+        (r.source_file, r.source_line, r.text)
+        for r in rows.where(F.col("source_file") != "big/all.jsonl").collect()
+    ) == [
+        (path, i + n, text)
+        for i, path in enumerate(small)
+        for n, text in ((1, "first"), (4, "last"))
+    ]
+    assert facts.lines_by_file["big/all.jsonl"] == count - count // 997
+    by_path = {f.path: f for f in facts.fingerprints}
+    assert by_path["big/all.jsonl"].sha256 == hashlib.sha256(content).hexdigest()
+
+
+def test_a_lone_carriage_return_is_part_of_its_line(spark, landing):
+    """Lines end at "\\n" (the "\\r" of "\\r\\n" dropped); a "\\r" elsewhere is a
+    character of its line, as JSON takes it for white space."""
+    land(landing, "x/cr.jsonl", b"a\rb\r\nc\r\r\n\rd")
+    rows, _ = lines_of(spark, landing, ["x/cr.jsonl"])
+    assert sorted((r.source_line, r.text) for r in rows.collect()) == [
+        (1, "a\rb"),
+        (2, "c\r"),
+        (3, "\rd"),
+    ]
 
 
 def test_invalid_utf8_is_named_on_its_line(spark, landing):
@@ -114,3 +145,36 @@ def test_a_file_emptied_while_read_is_named(spark, landing):
     rows = read_lines(spark.session(), landing, [stat])
     with pytest.raises(SourceDataError, match=r"x/going.jsonl: emptied or removed while"):
         checked_facts("x", rows, no_problem(), [stat])
+
+
+def test_blocks_are_numbered_in_file_order_and_a_file_changed_between_reads_is_refused():
+    """`number_blocks` decides where each block's lines start: after every line of the
+    file's earlier blocks (given in any order), and never for a file whose hash and
+    blocks were read at another size or mtime."""
+    hashed = [
+        WholeFile("a.jsonl", 300, 7, "sha-a"),
+        WholeFile("b.jsonl", 10, 7, "sha-b"),
+        WholeFile("blank.jsonl", 3, 7, "sha-blank"),
+    ]
+    blocks = [
+        Block("a.jsonl", "file:/a.jsonl", 200, 300, 7, 4, 40, 4),
+        Block("a.jsonl", "file:/a.jsonl", 0, 300, 7, 5, 0, 5),
+        Block("a.jsonl", "file:/a.jsonl", 100, 300, 7, 6, 8589934592, 3),
+        Block("b.jsonl", "file:/b.jsonl", 0, 10, 7, 2, 5, 2),
+        Block("blank.jsonl", "file:/blank.jsonl", 0, 3, 7, 3, 7, 0),
+    ]
+    numbering = number_blocks(hashed, blocks)
+    assert [(row[0], row[1], row[5], row[6]) for row in numbering.first_lines] == [
+        ("file:/a.jsonl", 0, 0, 0),
+        ("file:/a.jsonl", 100, 5, 8589934592),
+        ("file:/a.jsonl", 200, 11, 40),
+        ("file:/b.jsonl", 0, 0, 5),
+        ("file:/blank.jsonl", 0, 0, 7),
+    ]
+    assert numbering.without_lines == [hashed[2]]
+    grown = [*blocks[:3], Block("b.jsonl", "file:/b.jsonl", 0, 12, 8, 2, 5, 2)]
+    with pytest.raises(SourceDataError, match=r"b.jsonl: changed while it was read") as error:
+        number_blocks(hashed, grown)
+    assert [p.file for p in error.value.problems] == ["b.jsonl"]
+    with pytest.raises(SourceDataError, match=r"c.jsonl: changed while it was read"):
+        number_blocks(hashed, [Block("c.jsonl", "file:/c.jsonl", 0, 1, 7, 1, 0, 1)])
