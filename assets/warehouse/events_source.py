@@ -42,9 +42,7 @@ from assets.source_files import (
     checked_facts,
     empty_files,
     instant,
-    json_kind,
     json_problem,
-    json_text,
     read_lines,
     wrong_kind_of,
 )
@@ -86,19 +84,25 @@ class ParsedBatch:
 
 FIELDS = (*TEXT_FIELDS, "event_id", "op")
 INSTANTS = ("event_timestamp", "ingestion_time")
+TOP_LEVEL = "struct<" + ", ".join(f"{f} variant" for f in (*FIELDS, "payload")) + ">"
+"""An event's top-level fields, each as a VARIANT (null when absent, VOID when null)."""
 
 
-def _fields(record: Column) -> list[Column]:
+def _fields(fields: Column) -> list[Column]:
     """Each top-level field's JSON type (`<field>_kind`) and text (`<field>_text`), and
-    the payload (`payload_v`) and its type: looked up once per line, then read by the
-    checks and the event's columns alike (looked up in every check that needed them,
-    they cost 1M lines 27 s to stage, against 21 s)."""
-    payload = F.try_variant_get(record, "$.payload", "variant")
+    the payload (`payload_v`) and its canonical JSON (`payload`), from the line's
+    `TOP_LEVEL` fields: looked up in the line once, then read by the checks and the
+    event's columns alike. A payload is told to be an object by its canonical JSON,
+    which the event keeps anyway; its whole type is taken only for the message of a
+    payload that is not one. (Looked up in every check that needed them, they cost 1M
+    lines 27 s to stage, against 21 s; looked up once per field, with every payload's
+    type taken, 16.5 s against 14.5 s, medians of five runs side by side.)"""
+    payload = fields.getField("payload")
     return [
-        *(json_kind(record, field).alias(f"{field}_kind") for field in FIELDS),
-        *(json_text(record, field).alias(f"{field}_text") for field in FIELDS),
+        *(F.schema_of_variant(fields.getField(f)).alias(f"{f}_kind") for f in FIELDS),
+        *(F.try_variant_get(fields.getField(f), "$", "string").alias(f"{f}_text") for f in FIELDS),
         payload.alias("payload_v"),
-        F.schema_of_variant(payload).alias("payload_kind"),
+        F.to_json(payload).alias("payload"),
     ]
 
 
@@ -136,15 +140,19 @@ def _problem(record: Column) -> Column:
                 F.lit("' is not ISO-8601 with an offset"),
             ),
         )
-    kind = F.col("payload_kind")
+    payload = F.col("payload")
     return (
         check.when(
-            F.col("payload_v").isNull() | (kind == "VOID"),
+            payload.isNull() | (payload == "null"),
             F.lit("missing required field 'payload'"),
         )
         .when(
-            ~kind.startswith("OBJECT"),
-            F.concat(F.lit("field 'payload' is "), kind, F.lit(", not a JSON object")),
+            ~payload.startswith("{"),
+            F.concat(
+                F.lit("field 'payload' is "),
+                F.schema_of_variant("payload_v"),
+                F.lit(", not a JSON object"),
+            ),
         )
         .when(
             ~F.coalesce(F.col("op_text"), F.lit("upsert")).isin(*OPS),
@@ -187,7 +195,8 @@ def parse_batch(
     typed = (
         read_lines(spark, landing, files)
         .withColumn("record", record)
-        .select(*LINE_FACTS, "read_problem", "text", "record", *_fields(rec))
+        .withColumn("fields", F.try_variant_get(rec, "$", TOP_LEVEL))
+        .select(*LINE_FACTS, "read_problem", "text", "record", *_fields(F.col("fields")))
         .withColumns({f"{f}_at": instant(F.col(f"{f}_text")) for f in INSTANTS})
         .select(
             *LINE_FACTS,
@@ -196,7 +205,7 @@ def parse_batch(
             F.col("user_id_text").alias("user_id"),
             F.col("event_timestamp_at").alias("event_timestamp"),
             F.col("ingestion_time_at").alias("ingestion_time"),
-            F.to_json("payload_v").alias("payload"),
+            "payload",
             F.coalesce(F.col("op_text"), F.lit("upsert")).alias("op"),
         )
         .select(
