@@ -108,7 +108,7 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
       counted) and `text` (without line break; a leading UTF-8 byte-order mark is dropped
       by Hadoop's line reader);
     - `read_problem`: "not valid UTF-8" on a line that holds bytes UTF-8 cannot decode
-      (shown as U+FFFD once decoded), else null;
+      (its `text` shows them as U+FFFD), else null;
     - `source_size`, `source_mtime` and `source_sha256` of the line's file, so per-file
       facts come from the rows themselves (`checked_facts`).
 
@@ -161,17 +161,18 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
         F.col("_metadata.file_size").alias("source_size"),
         F.col("_metadata.file_modification_time").alias("source_mtime"),
         F.unix_millis("_metadata.file_modification_time").alias("mtime_ms"),
-        # Lines end at "\n" only (Hadoop's default would end them at a lone "\r" too,
-        # which is a character of its line here), and the "\r" of "\r\n" is dropped:
-        # cut off where a line ends with one (a regular expression on every line cost 1M
-        # lines 0.5 s more).
-        F.when(
-            F.endswith("value", F.lit("\r")),
-            F.substring("value", F.lit(1), F.char_length("value") - 1),
-        )
-        .otherwise(F.col("value"))
-        .alias("text"),
+        "value",
         F.is_valid_utf8("value").alias("valid_utf8"),
+    ).select(
+        *_BLOCK_KEY,
+        "row_id",
+        "source_mtime",
+        # Bytes UTF-8 cannot decode are shown as U+FFFD: a line is text wherever it goes
+        # (Spark Connect's Arrow batches refuse anything else).
+        _without_carriage_return(
+            F.when(F.col("valid_utf8"), F.col("value")).otherwise(F.make_valid_utf8("value"))
+        ).alias("text"),
+        "valid_utf8",
     )
     blocks = _file_blocks(spark, whole, lines, prefix)
     # Joined on the file's size and mtime too: under Spark Connect every job lists the
@@ -190,6 +191,16 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
     )
     kept = numbered.where(F.col("text").rlike(r"\S"))
     return kept.unionByName(blocks.without_lines) if blocks.without_lines else kept
+
+
+def _without_carriage_return(line: Column) -> Column:
+    """The line without the "\r" of a "\r\n" ending. Lines end at "\n" only (Hadoop's
+    default would end them at a lone "\r" too, which is a character of its line here).
+    The "\r" is cut off where a line ends with one: a regular expression on every line
+    cost 1M lines 0.5 s more."""
+    return F.when(
+        F.endswith(line, F.lit("\r")), F.substring(line, F.lit(1), F.char_length(line) - 1)
+    ).otherwise(line)
 
 
 _LINES_SCHEMA = (

@@ -111,8 +111,10 @@ def test_a_lone_carriage_return_is_part_of_its_line(spark, landing):
 def test_invalid_utf8_is_named_on_its_line(spark, landing):
     land(landing, "x/bad.jsonl", b"fine\nalso fine\n\xff\xfe broken\nlast\n")
     rows, _ = lines_of(spark, landing, ["x/bad.jsonl"])
-    problems = [(r.source_line, r.read_problem) for r in rows.collect() if r.read_problem]
-    assert problems == [(3, "not valid UTF-8")]
+    problems = [(r.source_line, r.read_problem, r.text) for r in rows.collect() if r.read_problem]
+    # The undecodable bytes are shown as U+FFFD: the line is text (Spark Connect's Arrow
+    # batches would refuse it otherwise).
+    assert problems == [(3, "not valid UTF-8", "\ufffd\ufffd broken")]
     # The facts are taken only of files whose every line is valid.
     with pytest.raises(SourceDataError, match=r"x/bad.jsonl:3: not valid UTF-8"):
         checked_facts("x", rows, F.col("read_problem"), [landing.stat("x/bad.jsonl")])
