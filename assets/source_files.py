@@ -116,19 +116,18 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
     so its facts are never lost; empty (0-byte) files have no row at all (Spark skips
     them). Callers decide what an empty file means.
 
-    Spark's text source splits each file into blocks read by several tasks, which number
-    a block's lines from 0. One job, before the lines are parsed, counts every block's
-    lines (the blocks of a file are numbered on from the lines of the ones before it) and
-    hashes each file whole (`binaryFile`, one task per file, beside the counting tasks).
-    Reading a 1M-line file whole in one task and splitting it there, then spreading the
-    lines over the cores with a shuffle, cost 4.0 to 4.6 s; the counting job and the
-    lines now cost 1.7 to 2.3 s, and staging the file as events 11.5 s, not 15.2.
+    Spark's text source splits each file into blocks that several tasks read. The lines
+    are read once and kept as read (a local checkpoint); one job then counts every
+    block's lines, the blocks of a file numbered on from the lines of the ones before
+    it, and hashes each file whole (`binaryFile`, one task per file, beside the counting
+    tasks). Reading a 1M-line file whole in one task and splitting it there, then
+    spreading the lines over the cores with a shuffle, cost 4.0 to 4.6 s; reading,
+    keeping, counting and numbering them in blocks costs 2.4 to 3.0 s.
 
-    The hash and the lines are two reads of the file, so the file's size and mtime in
-    both must agree, or it is refused as changed while read. A file rewritten after both
-    were listed, as its blocks are read, has its new lines staged under the hash of its
-    earlier bytes: the sensors then see it changed and it is read again, so what is
-    staged is never older than its hash says.
+    The hash and the lines are two reads of the file. Once both are done, each file is
+    listed again: a file whose size or mtime differ between the two reads and that
+    listing is refused as changed while it was read (nothing of it is staged), so the
+    hash is always that of the lines staged.
     """
     problems = _unreadable_by_spark(files)
     if problems:
@@ -154,31 +153,35 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
         ) from error
     # Hadoop renders a local path as a URI: `_metadata.file_path` is percent-encoded, where
     # `binaryFile`'s `path` is not.
-    lines = text.select(
-        F.col("_metadata.file_path").alias("spark_path"),
-        F.col("_metadata.file_block_start").alias("block"),
-        F.monotonically_increasing_id().alias("row_id"),
-        F.col("_metadata.file_size").alias("source_size"),
-        F.col("_metadata.file_modification_time").alias("source_mtime"),
-        F.unix_millis("_metadata.file_modification_time").alias("mtime_ms"),
-        "value",
-        F.is_valid_utf8("value").alias("valid_utf8"),
-    ).select(
-        *_BLOCK_KEY,
-        "row_id",
-        "source_mtime",
-        # Bytes UTF-8 cannot decode are shown as U+FFFD: a line is text wherever it goes
-        # (Spark Connect's Arrow batches refuse anything else).
-        _without_carriage_return(
-            F.when(F.col("valid_utf8"), F.col("value")).otherwise(F.make_valid_utf8("value"))
-        ).alias("text"),
-        "valid_utf8",
+    lines = (
+        text.select(
+            F.col("_metadata.file_path").alias("spark_path"),
+            F.col("_metadata.file_block_start").alias("block"),
+            F.monotonically_increasing_id().alias("row_id"),
+            F.col("_metadata.file_size").alias("source_size"),
+            F.col("_metadata.file_modification_time").alias("source_mtime"),
+            F.unix_millis("_metadata.file_modification_time").alias("mtime_ms"),
+            "value",
+            F.is_valid_utf8("value").alias("valid_utf8"),
+        )
+        .select(
+            *_BLOCK_KEY,
+            "row_id",
+            "source_mtime",
+            # Bytes UTF-8 cannot decode are shown as U+FFFD: a line is text wherever it goes
+            # (Spark Connect's Arrow batches refuse anything else).
+            _without_carriage_return(
+                F.when(F.col("valid_utf8"), F.col("value")).otherwise(F.make_valid_utf8("value"))
+            ).alias("text"),
+            "valid_utf8",
+            # Kept as read: the blocks Spark splits a file into, and the ids of their lines,
+            # depend on the cores it has when it plans a read (executors come and go on a
+            # cluster), so the lines are numbered from the one read that counted them.
+        )
+        .localCheckpoint()
     )
-    blocks = _file_blocks(spark, whole, lines, prefix)
-    # Joined on the file's size and mtime too: under Spark Connect every job lists the
-    # files again, and a file changed since the blocks were counted then finds no block
-    # (its lines are missing, which `checked_facts` names) rather than wrong numbers.
-    numbered = lines.join(F.broadcast(blocks.frame), list(_BLOCK_KEY)).select(
+    blocks = _file_blocks(spark, landing, whole, lines, prefix)
+    numbered = lines.join(F.broadcast(blocks.frame), ["spark_path", "block"]).select(
         "source_file",
         (F.col("lines_before") + F.col("row_id") - F.col("first_row_id") + 1)
         .cast("int")
@@ -238,19 +241,26 @@ class Block(NamedTuple):
 
 @dataclass(frozen=True)
 class Numbering:
-    first_lines: list[tuple[str, int, int, int, str, int, int, str]]
-    """Per block (`_BLOCK_KEY`): landing path, the number of its first line less 1 (the
-    lines of the file's earlier blocks), its first line's row id, and the file's hash."""
+    first_lines: list[tuple[str, int, str, int, int, str]]
+    """Per block (Spark's path, where it starts): landing path, the number of its first
+    line less 1 (the lines of the file's earlier blocks), its first line's row id, and the
+    file's hash."""
     without_lines: list[WholeFile]
     """Files that hold no non-blank line."""
 
 
-def number_blocks(hashed: Sequence[WholeFile], blocks: Sequence[Block]) -> Numbering:
+def number_blocks(
+    hashed: Sequence[WholeFile],
+    blocks: Sequence[Block],
+    listed_after: Mapping[str, tuple[int, int] | None],
+) -> Numbering:
     """Where each block's lines start in its file, its blocks taken in file order.
 
-    Raises SourceDataError naming every file whose blocks and hash were not read from one
-    size and mtime: it changed while it was read. A hashed file without blocks was
-    emptied or removed before its lines were listed; `checked_facts` names it."""
+    `listed_after` holds each file's size and mtime (milliseconds) as listed once both
+    reads were done (None: gone). Raises SourceDataError naming every file whose hash,
+    blocks and that listing do not agree on one size and mtime: it changed while it was
+    read. A hashed file without blocks was emptied or removed before its lines were
+    listed; `checked_facts` names it."""
     by_path = {whole.path: whole for whole in hashed}
     blocks_of: dict[str, list[Block]] = {}
     for block in blocks:
@@ -258,24 +268,14 @@ def number_blocks(hashed: Sequence[WholeFile], blocks: Sequence[Block]) -> Numbe
     first_lines, without_lines, problems = [], [], []
     for path, of_file in sorted(blocks_of.items()):
         whole = by_path.get(path)
-        if whole is None or any(
-            (block.size, block.mtime_ms) != (whole.size, whole.mtime_ms) for block in of_file
-        ):
+        seen = {(block.size, block.mtime_ms) for block in of_file}
+        if whole is None or seen != {(whole.size, whole.mtime_ms), listed_after.get(path)}:
             problems.append(Problem(path, None, "changed while it was read"))
             continue
         before = 0
         for block in sorted(of_file, key=lambda b: b.start):
             first_lines.append(
-                (
-                    block.spark_path,
-                    block.start,
-                    block.size,
-                    block.mtime_ms,
-                    path,
-                    before,
-                    block.first_row_id,
-                    whole.sha256,
-                )
+                (block.spark_path, block.start, path, before, block.first_row_id, whole.sha256)
             )
             before += block.lines
         if not any(block.non_blank for block in of_file):
@@ -293,8 +293,11 @@ class _Blocks:
     """The rows of the files without a non-blank line (see `read_lines`)."""
 
 
-def _file_blocks(spark: SparkSession, whole: DataFrame, lines: DataFrame, prefix: str) -> _Blocks:
-    """Every file's hash and every block's line count, in one job (see `read_lines`)."""
+def _file_blocks(
+    spark: SparkSession, landing: LandingZone, whole: DataFrame, lines: DataFrame, prefix: str
+) -> _Blocks:
+    """Every file's hash and every block's line count, in one job, and the files listed
+    again once it is done (see `read_lines`)."""
     hashes = whole.select(
         F.lit(None).cast("string").alias("spark_path"),
         F.substring(F.col("path"), len(prefix) + 1, 2**31 - 1).alias("source_file"),
@@ -314,6 +317,13 @@ def _file_blocks(spark: SparkSession, whole: DataFrame, lines: DataFrame, prefix
         F.count_if(F.col("text").rlike(r"\S")).alias("non_blank"),
     )
     rows = hashes.unionByName(counts).collect()
+    listed_after: dict[str, tuple[int, int] | None] = {}
+    for row in rows:
+        if row.spark_path is None:
+            stat = landing.stat(row.source_file)
+            listed_after[row.source_file] = (
+                None if stat is None else (stat.size, stat.mtime_ns // 1_000_000)
+            )
     numbering = number_blocks(
         [
             WholeFile(row.source_file, row.source_size, row.mtime_ms, row.source_sha256)
@@ -334,11 +344,12 @@ def _file_blocks(spark: SparkSession, whole: DataFrame, lines: DataFrame, prefix
             for row in rows
             if row.spark_path is not None
         ],
+        listed_after,
     )
     frame = spark.createDataFrame(
         numbering.first_lines,
-        "spark_path string, block long, source_size long, mtime_ms long, source_file string, "
-        "lines_before long, first_row_id long, source_sha256 string",
+        "spark_path string, block long, source_file string, lines_before long, "
+        "first_row_id long, source_sha256 string",
     )
     if not numbering.without_lines:
         return _Blocks(frame, None)

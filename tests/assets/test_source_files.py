@@ -151,8 +151,8 @@ def test_a_file_emptied_while_read_is_named(spark, landing):
 
 def test_blocks_are_numbered_in_file_order_and_a_file_changed_between_reads_is_refused():
     """`number_blocks` decides where each block's lines start: after every line of the
-    file's earlier blocks (given in any order), and never for a file whose hash and
-    blocks were read at another size or mtime."""
+    file's earlier blocks (given in any order), and never for a file whose hash, blocks
+    and listing once both were read do not agree on its size and mtime."""
     hashed = [
         WholeFile("a.jsonl", 300, 7, "sha-a"),
         WholeFile("b.jsonl", 10, 7, "sha-b"),
@@ -165,18 +165,23 @@ def test_blocks_are_numbered_in_file_order_and_a_file_changed_between_reads_is_r
         Block("b.jsonl", "file:/b.jsonl", 0, 10, 7, 2, 5, 2),
         Block("blank.jsonl", "file:/blank.jsonl", 0, 3, 7, 3, 7, 0),
     ]
-    numbering = number_blocks(hashed, blocks)
-    assert [(row[0], row[1], row[5], row[6]) for row in numbering.first_lines] == [
-        ("file:/a.jsonl", 0, 0, 0),
-        ("file:/a.jsonl", 100, 5, 8589934592),
-        ("file:/a.jsonl", 200, 11, 40),
-        ("file:/b.jsonl", 0, 0, 5),
-        ("file:/blank.jsonl", 0, 0, 7),
+    listed = {whole.path: (whole.size, whole.mtime_ms) for whole in hashed}
+    numbering = number_blocks(hashed, blocks, listed)
+    assert [row[:5] for row in numbering.first_lines] == [
+        ("file:/a.jsonl", 0, "a.jsonl", 0, 0),
+        ("file:/a.jsonl", 100, "a.jsonl", 5, 8589934592),
+        ("file:/a.jsonl", 200, "a.jsonl", 11, 40),
+        ("file:/b.jsonl", 0, "b.jsonl", 0, 5),
+        ("file:/blank.jsonl", 0, "blank.jsonl", 0, 7),
     ]
+    assert {row[5] for row in numbering.first_lines} == {"sha-a", "sha-b", "sha-blank"}
     assert numbering.without_lines == [hashed[2]]
     grown = [*blocks[:3], Block("b.jsonl", "file:/b.jsonl", 0, 12, 8, 2, 5, 2)]
     with pytest.raises(SourceDataError, match=r"b.jsonl: changed while it was read") as error:
-        number_blocks(hashed, grown)
+        number_blocks(hashed, grown, listed)
     assert [p.file for p in error.value.problems] == ["b.jsonl"]
+    for after in ({**listed, "a.jsonl": (300, 9)}, {**listed, "a.jsonl": None}):
+        with pytest.raises(SourceDataError, match=r"a.jsonl: changed while it was read"):
+            number_blocks(hashed, blocks, after)
     with pytest.raises(SourceDataError, match=r"c.jsonl: changed while it was read"):
-        number_blocks(hashed, [Block("c.jsonl", "file:/c.jsonl", 0, 1, 7, 1, 0, 1)])
+        number_blocks(hashed, [Block("c.jsonl", "file:/c.jsonl", 0, 1, 7, 1, 0, 1)], listed)
