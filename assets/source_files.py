@@ -174,10 +174,10 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
                 F.when(F.col("valid_utf8"), F.col("value")).otherwise(F.make_valid_utf8("value"))
             ).alias("text"),
             "valid_utf8",
-            # Kept as read: the blocks Spark splits a file into, and the ids of their lines,
-            # depend on the cores it has when it plans a read (executors come and go on a
-            # cluster), so the lines are numbered from the one read that counted them.
         )
+        # Kept as read: the blocks Spark splits a file into, and the ids of their lines,
+        # depend on the cores it has when it plans a read (executors come and go on a
+        # cluster), so the lines are numbered from the one read that counted them.
         .localCheckpoint()
     )
     blocks = _file_blocks(spark, landing, whole, lines, prefix)
