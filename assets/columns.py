@@ -88,7 +88,7 @@ COLUMNS: dict[str, str] = {
     "op": "`upsert` or `delete`.",
     "batch_id": "The landed batch the event came in.",
     "key_derived": "Whether `event_id` was derived from the content (the file gave none).",
-    "content_digest": "SHA-256 of the event's op and payload: the last tie-breaker.",
+    "content_digest": "SHA-256 of the event's op and payload: breaks ties of time.",
     # Enriched runs (load manifest).
     "event_type": "The event's kind: it names the warehouse table the event loads into.",
     "event": "The event as delivered, one JSON object.",

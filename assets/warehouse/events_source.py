@@ -24,8 +24,9 @@ imitate the boundary between two fields.
 
 Version order (`content_digest`): among versions of one event, the larger
 `event_timestamp` wins, then the larger `ingestion_time`, then the larger content digest,
-the SHA-256 of the JSON object `{"op": ..., "payload": ...}` (canonical payload), so the
-order is total and the same wherever the versions meet.
+the SHA-256 of the JSON object `{"op": ..., "payload": ...}` (canonical payload), then
+the columns the digest leaves out (`staging_merge.VERSION_ORDER`), so the order is total
+and the same wherever the versions meet.
 """
 
 from __future__ import annotations

@@ -2,7 +2,11 @@
 
 One order decides between versions of an event, inside a batch and across batches alike:
 the larger `event_timestamp`, then the larger `ingestion_time`, then the larger
-`content_digest` (see `events_source`). A batch is deduplicated by that order, then merged
+`content_digest` (see `events_source`), then the larger `user_id`, `key_derived` and
+`batch_id`. The last three tell apart versions equal in time and content that differ in
+a stored column the digest leaves out (the same event from another user, or delivered
+in two batches), so which one is kept never depends on which came first: the order is
+total over every stored column. A batch is deduplicated by that order, then merged
 in one commit: matched and the incoming version wins -> update; matched and the stored one
 wins (or they are identical) -> unchanged; not matched -> insert. A delete is a version
 like any other, stored as a tombstone (`is_deleted`), also for a key never seen before, so
@@ -45,7 +49,14 @@ USER_EVENTS = key_index.USER_EVENTS
 PUBLISH = "publish"
 """App id of the publishes (see the module's docstring)."""
 PUBLISH_ATTEMPTS = 5
-VERSION_ORDER = ("event_timestamp", "ingestion_time", "content_digest")
+VERSION_ORDER = (
+    "event_timestamp",
+    "ingestion_time",
+    "content_digest",
+    "user_id",
+    "key_derived",
+    "batch_id",
+)
 TABLE_SCHEMA = pa.schema(
     [
         pa.field("event_id", pa.string()),

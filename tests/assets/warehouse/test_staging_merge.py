@@ -64,6 +64,15 @@ def apply(lakehouse, stage):
     return run
 
 
+def every_column(lakehouse) -> list[dict]:
+    return sorted(lakehouse.read_arrow(USER_EVENTS).to_pylist(), key=lambda r: r["event_id"])
+
+
+def derived_key(user_id: str, payload: str, instant: str = "2024-05-01T10:00:00.000000Z") -> str:
+    identity = {"user_id": user_id, "event_timestamp": instant, "payload": payload}
+    return hashlib.sha256(json.dumps(identity, separators=(",", ":")).encode()).hexdigest()
+
+
 def table(lakehouse) -> list[tuple]:
     rows = lakehouse.read_arrow(USER_EVENTS).to_pylist()
     return sorted(
@@ -85,11 +94,7 @@ def test_a_derived_key_is_the_documented_hash_and_ignores_spelling(write_batch, 
     )
     rows = sorted(stage("b1").frame.collect(), key=lambda r: r.source_line)
     canonical = '{"a":{"x":[1,"z"],"y":1},"b":2.5}'
-    identity = json.dumps(
-        {"user_id": "u1", "event_timestamp": "2024-05-01T10:00:00.000000Z", "payload": canonical},
-        separators=(",", ":"),
-    )
-    expected = hashlib.sha256(identity.encode()).hexdigest()
+    expected = derived_key("u1", canonical)
     assert [r.event_id for r in rows] == [expected, expected, "given-1"]
     assert [r.payload for r in rows[:2]] == [canonical, canonical]
     assert [r.key_derived for r in rows] == [True, True, False]
@@ -161,21 +166,27 @@ def test_a_tombstone_keeps_older_upserts_out_and_lets_newer_ones_in(lakehouse, w
     assert table(lakehouse) == [("e1", '{"v":2}', False, "2024-05-03T00:00:00+00:00")]
 
 
+N1 = '{"n":1}'
 BATCHES = {
     "a": [
         event({"v": 1}, event_id="e1"),
         event({"n": 1}),
         event({"v": 1}, event_id="e2", ts=T2),
+        event({"v": 1}, event_id="e3", user_id="u2"),
     ],
     "b": [
         event({"v": 2}, event_id="e1", ts=T1),
         event({}, event_id="e2", ts=T2, seen=SEEN2, op="delete"),
-        event({"n": 1}),
+        event({"n": 1}),  # the same version as in "a"
     ],
     "c": [
         event({"v": 9}, event_id="e1", ts=T1),  # same time and ingestion: content decides
         event({"v": 3}, event_id="e2", ts=T0),
         event({"n": 2}, user_id="u2"),
+        # Versions that differ in columns the content digest leaves out: from another
+        # user, and with the key given that "a" and "b" derive.
+        event({"v": 1}, event_id="e3"),
+        event({"n": 1}, event_id=derived_key("u1", N1)),
     ],
 }
 
@@ -191,25 +202,36 @@ BATCHES = {
 def test_any_order_of_batches_replayed_any_number_of_times_gives_one_table(
     lakehouse, write_batch, apply, order
 ):
+    """Every column of every row is the same whatever the order: versions equal in time,
+    ingestion and content are told apart by user, key derivation and batch, the larger
+    winning, so even which batch delivered a version is decided by the order."""
     for name, rows in BATCHES.items():
         write_batch(name, rows)
     for name in order:
         apply(name)
+    # e1: T1 beats T0; between the two T1 versions (same ingestion) the larger content
+    # digest wins.
+    e1 = max(
+        ("b", '{"v":2}', hashlib.sha256(b'{"op":"upsert","payload":"{\\"v\\":2}"}').hexdigest()),
+        ("c", '{"v":9}', hashlib.sha256(b'{"op":"upsert","payload":"{\\"v\\":9}"}').hexdigest()),
+        key=lambda p: p[2],
+    )
     expected = {
-        # e1: T1 beats T0; between the two T1 versions (same ingestion) the larger
-        # content digest wins.
-        "e1": max(
-            ('{"v":2}', hashlib.sha256(b'{"op":"upsert","payload":"{\\"v\\":2}"}').hexdigest()),
-            ('{"v":9}', hashlib.sha256(b'{"op":"upsert","payload":"{\\"v\\":9}"}').hexdigest()),
-            key=lambda p: p[1],
-        )[0],
-        "e2": "{}",  # the tombstone at T2, ingested later, beats the upsert at T2
+        "e1": (e1[1], False, "u1", False, e1[0]),
+        # The tombstone at T2, ingested later, beats the upsert at T2.
+        "e2": ("{}", True, "u1", False, "b"),
+        "e3": ('{"v":1}', False, "u2", False, "a"),  # user u2 sorts after u1
+        # A derived key sorts after the same key given; "b" after "a".
+        derived_key("u1", N1): (N1, False, "u1", True, "b"),
+        derived_key("u2", '{"n":2}'): ('{"n":2}', False, "u2", True, "c"),
     }
-    rows = {r[0]: r for r in table(lakehouse)}
-    assert rows["e1"][1] == expected["e1"]
-    assert rows["e2"][1:3] == ("{}", True)
-    assert len(rows) == 4  # e1, e2 and two derived keys ({"n":1} of u1 once, {"n":2} of u2)
-    assert lakehouse.count(USER_EVENTS) == 4
+    rows = every_column(lakehouse)
+    shown = ("payload", "is_deleted", "user_id", "key_derived", "batch_id")
+    assert {r["event_id"]: tuple(r[c] for c in shown) for r in rows} == expected
+    assert [r["ingestion_time"].isoformat()[:10] for r in rows] == [
+        "2024-05-04" if r["event_id"] == "e2" else "2024-05-03" for r in rows
+    ]
+    assert lakehouse.count(USER_EVENTS) == 5
 
 
 FAR = "2024-05-09T09:00:00+00:00"
