@@ -500,6 +500,9 @@ class DeltaRsEngine(port.DeltaEngine):
             # The table's own minimum retention is a guard for concurrent readers; the
             # operator's explicit setting is the decision here.
             enforce_retention_duration=False,
+            # Lite, never `full=True`: delta-rs 1.6's full mode deletes the deletion-vector
+            # files the table still reads (checked: the table then fails to read). Lite
+            # leaves the vectors of marked files alone, those no longer read as well.
         )
 
     def compact(

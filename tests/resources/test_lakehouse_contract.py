@@ -552,6 +552,26 @@ def test_vacuum_removes_replaced_files_and_restore_then_refuses(lake):
     assert lake.version("t") == before
 
 
+def test_vacuum_keeps_the_deletion_vectors_the_table_still_reads(lake):
+    """A file marked twice has a new vector each time; vacuum must keep the one the
+    table reads (delta-rs's `full` mode deletes it too: the table then fails to read)."""
+    lake.append(
+        "t",
+        devices([("a", 1, "x"), ("b", 1, "x"), ("c", 1, "x")]),
+        metadata=META,
+        table_properties={"delta.enableDeletionVectors": "true"},
+    )
+    spark = lake.on_spark()  # delta-rs writes no deletion vectors: Spark marks the rows
+    spark.delete("t", where=eq("device", "a"), metadata=META)
+    spark.delete("t", where=eq("device", "b"), metadata=META)
+    assert (
+        '"deletionVector":{' in (Path(lake.uri("t")) / "_delta_log" / f"{2:020d}.json").read_text()
+    )
+    lake.vacuum("t", retention_hours=0)
+    assert rows(lake, "t") == [("c", 1, "x")]
+    assert lake.count("t") == 1
+
+
 def test_vacuum_retention_is_whole_hours_on_both_engines(lake):
     lake.append("t", devices([("a", 1, "x")]), metadata=META)
     lake.overwrite("t", devices([("b", 2, "y")]), metadata=META)
