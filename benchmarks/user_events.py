@@ -19,7 +19,13 @@
 `user_events` is made as the asset makes it, with deletion vectors (`TABLE_PROPERTIES`):
 delta-spark's MERGE marks the rows it replaces, delta-rs copies their files.
 
-Run: `.venv/bin/python benchmarks/user_events.py [--engine delta-spark]` (or `make bench`).
+Event ids are `e<n>`: short, and consecutive within a day, which a pruned read of the
+record-level index may exploit. `--hashed-ids` gives every event the SHA-256 (hex) of
+that id instead, as ids from producers usually are: the same events and rounds, ids in
+no order.
+
+Run: `.venv/bin/python benchmarks/user_events.py [--engine delta-spark] [--hashed-ids]`
+(or `make bench`).
 """
 
 import argparse
@@ -35,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from assets.warehouse import key_index  # noqa: E402
@@ -63,11 +70,11 @@ CHUNK = 1_000_000
 """Rows per history commit: delta-rs writes a DataFrame through the driver's memory."""
 
 
-def build_table(lake: Lakehouse, rows: int) -> None:
+def build_table(lake: Lakehouse, rows: int, *, hashed_ids: bool) -> None:
     for start in range(0, rows, CHUNK):
         lake.append(
             USER_EVENTS,
-            history(lake, start, min(start + CHUNK, rows)),
+            with_ids(history(lake, start, min(start + CHUNK, rows)), hashed=hashed_ids),
             partition_by=["event_date"],
             metadata=META,
             table_properties=TABLE_PROPERTIES,
@@ -91,6 +98,11 @@ def history(lake: Lakehouse, start: int, end: int):
         F.lit(False).alias("key_derived"),
         F.sha2(F.col("id").cast("string"), 256).alias("content_digest"),
     )
+
+
+def with_ids(events: DataFrame, *, hashed: bool) -> DataFrame:
+    """The events, with `hashed`: their ids replaced by the SHA-256 (hex) of each."""
+    return events.withColumn("event_id", F.sha2("event_id", 256)) if hashed else events
 
 
 def batch_of(lake: Lakehouse, rows: int, round_no: int, *, spread: bool = False):
@@ -134,10 +146,11 @@ class Cost:
     skipped: int
 
 
-def merge_rounds(lake: Lakehouse, rows: int, *, spread: bool) -> Cost:
+def merge_rounds(lake: Lakehouse, rows: int, *, spread: bool, hashed_ids: bool) -> Cost:
     seconds, merged = [], None
     for round_no in range(ROUNDS):
-        batch = batch_of(lake, rows, round_no, spread=spread).localCheckpoint()
+        batch = with_ids(batch_of(lake, rows, round_no, spread=spread), hashed=hashed_ids)
+        batch = batch.localCheckpoint()
         batch.count()
         started = time.perf_counter()
         merged = merge_batch(lake, batch, metadata=META)
@@ -150,17 +163,17 @@ def merge_rounds(lake: Lakehouse, rows: int, *, spread: bool) -> Cost:
     )
 
 
-def merge_costs(engine: str, rows: int, *, spread: bool) -> list[Cost]:
+def merge_costs(engine: str, rows: int, *, spread: bool, hashed_ids: bool) -> list[Cost]:
     """Own-day rounds, then (with `spread`) spread rounds, on one table of `rows`."""
     with tempfile.TemporaryDirectory() as root:
         lake = Lakehouse(root=root, engine=engine, spark=SparkResource())
-        build_table(lake, rows)
+        build_table(lake, rows, hashed_ids=hashed_ids)
         # The history was appended outside the publish: the index is built once here,
         # as the first publish after an upgrade builds it.
         key_index.described_version(lake, META)
-        costs = [merge_rounds(lake, rows, spread=False)]
+        costs = [merge_rounds(lake, rows, spread=False, hashed_ids=hashed_ids)]
         if spread:
-            costs.append(merge_rounds(lake, rows, spread=True))
+            costs.append(merge_rounds(lake, rows, spread=True, hashed_ids=hashed_ids))
         assert lake.count(USER_EVENTS) == rows + len(costs) * ROUNDS * BATCH // 2
         return costs
 
@@ -201,10 +214,18 @@ def line(label: str, cost: Cost) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", default=os.environ.get("LAKEHOUSE_ENGINE", "delta-rs"))
-    engine = parser.parse_args().engine
-    (small,) = merge_costs(engine, SIZES[0], spread=False)
-    large, spread = merge_costs(engine, SIZES[-1], spread=True)
-    print(f"\nMERGE of a {BATCH:,}-event batch into user_events ({engine}, median of {ROUNDS}):")
+    parser.add_argument(
+        "--hashed-ids", action="store_true", help="SHA-256 (hex) event ids instead of e<n>"
+    )
+    args = parser.parse_args()
+    engine, hashed = args.engine, args.hashed_ids
+    (small,) = merge_costs(engine, SIZES[0], spread=False, hashed_ids=hashed)
+    large, spread = merge_costs(engine, SIZES[-1], spread=True, hashed_ids=hashed)
+    ids = "SHA-256 ids" if hashed else "ids e<n>"
+    print(
+        f"\nMERGE of a {BATCH:,}-event batch into user_events "
+        f"({engine}, {ids}, median of {ROUNDS}):"
+    )
     print(line(f"{SIZES[0]:>11,} rows, older versions in the batch's day", small))
     print(line(f"{SIZES[-1]:>11,} rows, older versions in the batch's day", large))
     print(line(f"{SIZES[-1]:>11,} rows, older versions over {SPREAD_DAYS} days", spread))
