@@ -19,10 +19,9 @@
 `user_events` is made as the asset makes it, with deletion vectors (`TABLE_PROPERTIES`):
 delta-spark's MERGE marks the rows it replaces, delta-rs copies their files.
 
-Event ids are `e<n>`: short, and consecutive within a day, which a pruned read of the
-record-level index may exploit. `--hashed-ids` gives every event the SHA-256 (hex) of
-that id instead, as ids from producers usually are: the same events and rounds, ids in
-no order.
+Event ids are `e<n>`: short. `--hashed-ids` gives every event the SHA-256 (hex) of that
+id instead, 64 characters as ids from producers often are: the same events and rounds.
+The record-level index lookup reads every id the index holds, so long ids cost it more.
 
 Run: `.venv/bin/python benchmarks/user_events.py [--engine delta-spark] [--hashed-ids]`
 (or `make bench`).
