@@ -104,7 +104,7 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
     """MERGE a deduplicated batch of events into `user_events` in one commit, pinned to
     the batch's event days and the days the index names for its keys; then record the
     batch's keys in the index."""
-    pairs = staged.select(*key_index.SCHEMA.names).toArrow()
+    pairs = key_index.pairs_of(staged.select("event_id", "event_date").toArrow())
     if not pairs.num_rows:
         raise ValueError("a batch without events has nothing to merge")
     batch_days = set(pairs["event_date"].to_pylist())
@@ -120,7 +120,7 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
     attempt = 1
     while True:
         seen = key_index.described_version(lakehouse, metadata)
-        days = tuple(sorted(batch_days | key_index.days_holding(lakehouse, pairs["event_id"])))
+        days = tuple(sorted(batch_days | key_index.days_holding(lakehouse, pairs["key_hash"])))
         pinned = is_in("event_date", days)
         in_window, total = lakehouse.partition_files(USER_EVENTS, where=pinned)
         try:

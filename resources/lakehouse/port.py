@@ -384,8 +384,11 @@ class DeltaEngine(ABC):
         table_properties: Mapping[str, str] | None,
         metadata: Mapping[str, Any],
         app_transaction: AppTransaction | None,
+        replace_schema: bool,
     ) -> HistoryEntry | None:
-        """`partition_by` and `table_properties` apply when this write creates the table."""
+        """`partition_by` and `table_properties` apply when this write creates the table;
+        `replace_schema` (a whole-table overwrite only) gives the table the data's schema
+        in the same commit (Delta's overwriteSchema)."""
 
     @abstractmethod
     def merge(

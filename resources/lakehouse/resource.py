@@ -317,7 +317,15 @@ class Lakehouse(dg.ConfigurableResource):
         """Add rows. `partition_by` and `table_properties` (e.g. `delta.targetFileSize`,
         over `TABLE_DEFAULTS`) apply when this write creates the table."""
         return self._write(
-            table, data, "append", None, partition_by, table_properties, metadata, app_transaction
+            table,
+            data,
+            "append",
+            None,
+            partition_by,
+            table_properties,
+            metadata,
+            app_transaction,
+            replace_schema=False,
         )
 
     def overwrite(
@@ -330,9 +338,13 @@ class Lakehouse(dg.ConfigurableResource):
         partition_by: Sequence[str] | None = None,
         table_properties: Mapping[str, str] | None = None,
         app_transaction: port.AppTransaction | None = None,
+        replace_schema: bool = False,
     ) -> port.CommitResult:
         """Replace the whole table, or with `where` exactly the rows it matches
-        (replaceWhere). One atomic commit: readers see the old content or the new."""
+        (replaceWhere). One atomic commit: readers see the old content or the new.
+        `replace_schema` lets a whole-table overwrite change the table's columns too."""
+        if replace_schema and where is not None:
+            raise ValueError(f"{table}: only a whole-table overwrite can replace the schema")
         return self._write(
             table,
             data,
@@ -342,6 +354,7 @@ class Lakehouse(dg.ConfigurableResource):
             table_properties,
             metadata,
             app_transaction,
+            replace_schema,
         )
 
     def _write(
@@ -354,6 +367,7 @@ class Lakehouse(dg.ConfigurableResource):
         table_properties: Mapping[str, str] | None,
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
+        replace_schema: bool,
     ) -> port.CommitResult:
         if isinstance(data, pa.RecordBatchReader):
             data = _once(data)
@@ -370,6 +384,7 @@ class Lakehouse(dg.ConfigurableResource):
                 table_properties=properties,
                 metadata=meta,
                 app_transaction=app_transaction,
+                replace_schema=replace_schema,
             ),
         )
         return self._with_replaced_rows(result, where) if mode == "overwrite" else result

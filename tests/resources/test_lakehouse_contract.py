@@ -223,6 +223,28 @@ def test_an_overwrite_on_a_data_column_counts_only_the_rows_it_writes(lake):
     assert result.metrics["rows_inserted"] == 2
 
 
+def test_an_overwrite_replaces_the_schema_only_when_asked(lake):
+    lake.append("t", devices([("a", 1, "x")]), metadata=META)
+    hashed = pa.table({"key": pa.array([7], pa.int64()), "day": [dt.date(2024, 1, 1)]})
+    with pytest.raises(Exception, match="(?i)schema"):
+        lake.overwrite("t", hashed, metadata=META)
+    with pytest.raises(ValueError, match="whole-table"):
+        lake.overwrite(
+            "t", hashed, where=eq("day", dt.date(2024, 1, 1)), metadata=META, replace_schema=True
+        )
+    assert rows(lake, "t") == [("a", 1, "x")]
+    result = lake.overwrite(
+        "t", hashed, metadata=META, replace_schema=True, app_transaction=AppTransaction("i", 1)
+    )
+    assert [(c.name, c.type) for c in lake.table_facts("t").columns] == [
+        ("key", "long"),
+        ("day", "date"),
+    ]
+    assert lake.read_arrow("t").to_pylist() == [{"key": 7, "day": dt.date(2024, 1, 1)}]
+    assert lake.app_transaction_version("t", "i") == 1 == result.version
+    assert rows(lake, "t", version=0) == [("a", 1, "x")]
+
+
 def test_columns_are_the_delta_schema(lake):
     lake.append("t", devices([("a", 1, "x")]), metadata=META, partition_by=["day"])
     assert [(c.name, c.type) for c in lake.table_facts("t").columns] == [

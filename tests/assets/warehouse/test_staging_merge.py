@@ -4,10 +4,12 @@ any number of times, gives one table."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from assets.source_files import SourceDataError
@@ -15,6 +17,7 @@ from assets.warehouse import key_index
 from assets.warehouse.events_source import batch_file, parse_batch
 from assets.warehouse.key_index import KEY_INDEX
 from assets.warehouse.staging_merge import USER_EVENTS, deduplicate, merge_batch
+from resources.lakehouse import AppTransaction
 from resources.lakehouse.delta_rs import DeltaRsEngine
 
 T0 = "2024-05-01T10:00:00+00:00"
@@ -329,8 +332,8 @@ def test_a_publish_whose_index_record_failed_loses_nothing(
     merged = apply("v3")
     assert [d.isoformat() for d in merged.days] == ["2022-05-01", "2024-04-01"]
     assert days_of(lakehouse, "e1") == ["2024-04-01"]
-    assert lakehouse.app_transaction_version(KEY_INDEX, "user_events") == lakehouse.version(
-        USER_EVENTS
+    assert lakehouse.app_transaction_version(KEY_INDEX, key_index.DESCRIBES) == (
+        lakehouse.version(USER_EVENTS)
     )
     # Back to the table before v3 (e1 in 2022), then v3 again.
     lakehouse.restore(USER_EVENTS, merged.result.version - 1, metadata={"test": "restore"})
@@ -338,6 +341,56 @@ def test_a_publish_whose_index_record_failed_loses_nothing(
     apply("v3")
     assert days_of(lakehouse, "e1") == ["2024-04-01"]
     assert lakehouse.count(USER_EVENTS) == 1
+
+
+def test_an_index_of_event_ids_is_rebuilt_as_key_hashes_and_still_finds_every_day(
+    lakehouse, write_batch, apply
+):
+    """An index an earlier release wrote (event ids, its version under the app id
+    `user_events`): the next publish rebuilds it in one commit as key hashes, finds the
+    day the key's row is in, and leaves one row."""
+    write_batch("v1", [LONG_AGO["v1"]])
+    write_batch("v2", [LONG_AGO["v2"]])
+    apply("v1")
+    described = lakehouse.version(USER_EVENTS)
+    lakehouse.drop(KEY_INDEX)
+    earlier = pa.table({"event_id": ["e1"], "event_date": [dt.date(2021, 4, 1)]})
+    lakehouse.in_process().append(
+        KEY_INDEX,
+        earlier,
+        metadata={"test": "an earlier release"},
+        app_transaction=AppTransaction("user_events", described),
+    )
+    merged = apply("v2")
+    assert [d.isoformat() for d in merged.days] == ["2021-04-01", "2022-05-01"]
+    assert days_of(lakehouse, "e1") == ["2022-05-01"]
+    assert lakehouse.count(USER_EVENTS) == 1
+    facts = lakehouse.in_process().table_facts(KEY_INDEX)
+    assert [(c.name, c.type) for c in facts.columns] == [
+        ("key_hash", "long"),
+        ("event_date", "date"),
+    ]
+    assert facts.version == 2  # the earlier index, its rebuild, the publish's pairs
+    assert (
+        lakehouse.app_transaction_version(KEY_INDEX, key_index.DESCRIBES) == merged.result.version
+    )
+
+
+def test_key_hashes_are_the_documented_digest():
+    """An index written by one release is read by the next: the hash is BLAKE2b-64 of
+    the key's UTF-8 bytes, little-endian and signed, and stays so (changing it must
+    change `DESCRIBES`, so that every index is rebuilt)."""
+    keys = [
+        "e1",
+        "\u00e9v\u00e9nement/'1'",
+        "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    ]
+    expected = [
+        int.from_bytes(hashlib.blake2b(k.encode(), digest_size=8).digest(), "little", signed=True)
+        for k in keys
+    ]
+    assert key_index.key_hashes(pa.array(keys)).to_pylist() == expected
+    assert expected[0] == 292540415853092123
 
 
 @pytest.mark.long_on_delta_spark
