@@ -104,7 +104,7 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
     """MERGE a deduplicated batch of events into `user_events` in one commit, pinned to
     the batch's event days and the days the index names for its keys; then record the
     batch's keys in the index."""
-    pairs = key_index.pairs_of(staged.select("event_id", "event_date").toArrow())
+    pairs = key_index.batch_pairs(staged)
     if not pairs.num_rows:
         raise ValueError("a batch without events has nothing to merge")
     batch_days = set(pairs["event_date"].to_pylist())

@@ -36,6 +36,7 @@ from resources.lakehouse.predicates import (
     In,
     Or,
     Predicate,
+    Sha256,
     Value,
     identifier,
     render,
@@ -293,9 +294,14 @@ class DeltaRsEngine(port.DeltaEngine):
         version: int | None = None,
         where: Predicate | None = None,
         columns: Sequence[str] | None = None,
+        computed: Mapping[str, Sha256] | None = None,
     ) -> pa.Table:
-        selected = ", ".join(f'"{name}"' for name in map(identifier, columns)) if columns else "*"
-        query = f"SELECT {selected} FROM t"
+        selected = [f'"{name}"' for name in map(identifier, columns)] if columns else ["*"]
+        selected += [
+            f'{expression.render("datafusion")} AS "{identifier(name)}"'
+            for name, expression in (computed or {}).items()
+        ]
+        query = f"SELECT {', '.join(selected)} FROM t"
         if where is not None:
             query += f" WHERE {where.render('datafusion')}"
         result = QueryBuilder().register("t", self._table(table, version)).execute(query)

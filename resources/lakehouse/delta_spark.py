@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from resources.lakehouse import port
 from resources.lakehouse.delta_rs import DeltaRsEngine
 from resources.lakehouse.frames import frame_from_arrow
-from resources.lakehouse.predicates import Predicate, Value, eq, identifier, render
+from resources.lakehouse.predicates import Predicate, Sha256, Value, eq, identifier, render
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -164,9 +164,12 @@ class DeltaSparkEngine(port.DeltaEngine):
         version: int | None = None,
         where: Predicate | None = None,
         columns: Sequence[str] | None = None,
+        computed: Mapping[str, Sha256] | None = None,
     ) -> pa.Table:
         # The port's in-process read, for control tables and other small reads.
-        return self._log.read_arrow(table, version=version, where=where, columns=columns)
+        return self._log.read_arrow(
+            table, version=version, where=where, columns=columns, computed=computed
+        )
 
     # -- data reads (Spark) -------------------------------------------------------------
 

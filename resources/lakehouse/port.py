@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from resources.lakehouse.predicates import Assignment, Predicate, Value
+from resources.lakehouse.predicates import Assignment, Predicate, Sha256, Value
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -339,7 +339,9 @@ class DeltaEngine(ABC):
         version: int | None = None,
         where: Predicate | None = None,
         columns: Sequence[str] | None = None,
-    ) -> pa.Table: ...
+        computed: Mapping[str, Sha256] | None = None,
+    ) -> pa.Table:
+        """`computed` columns, by name, follow `columns` (all when None)."""
 
     @abstractmethod
     def count(

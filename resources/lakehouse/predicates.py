@@ -267,6 +267,20 @@ class Constant:
         return sql_literal(self.value, dialect=dialect)
 
 
+@dataclass(frozen=True)
+class Sha256:
+    """A column computed in a read: the SHA-256 digest (32 bytes) of the UTF-8 bytes of the
+    text column `column`. A standard hash, so every engine computes the same bytes."""
+
+    column: str
+
+    def render(self, dialect: Dialect) -> str:
+        name = identifier(self.column)
+        return (
+            f"digest({name}, 'sha256')" if dialect == "datafusion" else f"unhex(sha2({name}, 256))"
+        )
+
+
 Assignment = SourceColumn | Constant | Predicate
 """A value a MERGE sets: a source column, a constant, or a boolean condition."""
 

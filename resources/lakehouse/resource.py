@@ -19,7 +19,7 @@ from pydantic import PrivateAttr
 from resources.catalog import Catalog
 from resources.lakehouse import port
 from resources.lakehouse.frames import StagedParts, staged_parts
-from resources.lakehouse.predicates import Dialect, Predicate, Value
+from resources.lakehouse.predicates import Dialect, Predicate, Sha256, Value
 from resources.object_store import S3Storage, is_object_store, object_path
 from resources.spark import SparkResource
 
@@ -218,10 +218,12 @@ class Lakehouse(dg.ConfigurableResource):
         version: int | None = None,
         where: Predicate | None = None,
         columns: Sequence[str] | None = None,
+        computed: Mapping[str, Sha256] | None = None,
     ) -> pa.Table:
-        """The table as Arrow: for control tables and other small reads without Spark."""
+        """The table as Arrow: for control tables and other small reads without Spark.
+        `computed` columns, by name, follow `columns` (all when None)."""
         return self._delta().read_arrow(
-            self.uri(table), version=version, where=where, columns=columns
+            self.uri(table), version=version, where=where, columns=columns, computed=computed
         )
 
     def count(

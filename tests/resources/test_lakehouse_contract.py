@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import threading
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from resources.lakehouse.predicates import (
     IsTrue,
     Not,
     Or,
+    PredicateError,
+    Sha256,
     SortsAfter,
     between,
     eq,
@@ -243,6 +246,17 @@ def test_an_overwrite_replaces_the_schema_only_when_asked(lake):
     assert lake.read_arrow("t").to_pylist() == [{"key": 7, "day": dt.date(2024, 1, 1)}]
     assert lake.app_transaction_version("t", "i") == 1 == result.version
     assert rows(lake, "t", version=0) == [("a", 1, "x")]
+
+
+def test_a_read_computes_the_sha256_of_a_text_column(lake):
+    lake.append("t", devices([("it's", 1, "x"), ("é/b", 2, "y")]), metadata=META)
+    read = lake.read_arrow("t", columns=["device"], computed={"digest": Sha256("device")})
+    assert read.column_names == ["device", "digest"]
+    assert {r["device"]: r["digest"] for r in read.to_pylist()} == {
+        d: hashlib.sha256(d.encode()).digest() for d in ("it's", "é/b")
+    }
+    with pytest.raises(PredicateError, match="plain identifier"):
+        lake.read_arrow("t", columns=["device"], computed={"a b": Sha256("device")})
 
 
 def test_columns_are_the_delta_schema(lake):

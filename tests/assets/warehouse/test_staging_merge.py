@@ -376,21 +376,26 @@ def test_an_index_of_event_ids_is_rebuilt_as_key_hashes_and_still_finds_every_da
     )
 
 
-def test_key_hashes_are_the_documented_digest():
-    """An index written by one release is read by the next: the hash is BLAKE2b-64 of
-    the key's UTF-8 bytes, little-endian and signed, and stays so (changing it must
-    change `DESCRIBES`, so that every index is rebuilt)."""
-    keys = [
-        "e1",
-        "\u00e9v\u00e9nement/'1'",
-        "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
-    ]
+KEYS = ["e1", "\u00e9v\u00e9nement/'1'", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd1"]
+
+
+def test_a_batch_and_a_rebuild_hash_every_key_alike_as_documented(spark, lakehouse):
+    """Spark hashes a batch's keys and delta-rs the table's at a rebuild: both give the
+    first 8 bytes of the key's SHA-256, big-endian and signed, an index written by one
+    release being read by the next (changing the hash must change `DESCRIBES`)."""
     expected = [
-        int.from_bytes(hashlib.blake2b(k.encode(), digest_size=8).digest(), "little", signed=True)
-        for k in keys
+        int.from_bytes(hashlib.sha256(k.encode()).digest()[:8], "big", signed=True) for k in KEYS
     ]
-    assert key_index.key_hashes(pa.array(keys)).to_pylist() == expected
-    assert expected[0] == 292540415853092123
+    assert expected[0] == -8404626340394009294
+    batch = spark.session().createDataFrame(
+        [(key, dt.date(2024, 5, 1)) for key in KEYS], "event_id string, event_date date"
+    )
+    assert key_index.batch_pairs(batch)["key_hash"].to_pylist() == expected
+    lakehouse.append("keys", pa.table({"event_id": KEYS}), metadata={"test": "keys"})
+    digests = lakehouse.read_arrow(
+        "keys", columns=["event_id"], computed={"d": key_index.KEY_DIGEST}
+    )
+    assert key_index.key_hashes(digests["d"].slice(1)).to_pylist() == expected[1:]
 
 
 @pytest.mark.long_on_delta_spark
