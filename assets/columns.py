@@ -88,6 +88,9 @@ COLUMNS: dict[str, str] = {
     "op": "`upsert` or `delete`.",
     "batch_id": "The landed batch the event came in.",
     "key_derived": "Whether `event_id` was derived from the content (the file gave none).",
+    "key_hash": "The event key's hash: the first 8 bytes of its SHA-256, as a signed integer.",
+    "user_events_key_index.event_date": "A day whose partition of `user_events` may hold "
+    "the row of a key of this hash.",
     "content_digest": "SHA-256 of the event's op and payload: breaks ties of time.",
     # Enriched runs (load manifest).
     "event_type": "The event's kind: it names the warehouse table the event loads into.",
