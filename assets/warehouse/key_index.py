@@ -48,9 +48,9 @@ from resources.lakehouse.predicates import Sha256, is_in
 
 USER_EVENTS = "user_events"
 KEY_INDEX = "user_events_key_index"
-DESCRIBES = "user_events/key_hash"
-"""App id under which the index records the version of `user_events` it describes (and
-that it is an index of key hashes)."""
+DESCRIBES = "user_events/key_sha256"
+"""App id under which the index records the version of `user_events` it describes, and
+so its format: key hashes taken from `KEY_DIGEST`. A change of the hash must change it."""
 SCHEMA = pa.schema([pa.field("key_hash", pa.int64()), pa.field("event_date", pa.date32())])
 ROWS_STAY = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
 """Operations of `user_events` after which every row is in the day it was in before."""
