@@ -343,6 +343,7 @@ def test_a_publish_whose_index_record_failed_loses_nothing(
     assert lakehouse.count(USER_EVENTS) == 1
 
 
+@pytest.mark.long_on_delta_spark
 def test_an_index_of_event_ids_is_rebuilt_as_key_hashes_and_still_finds_every_day(
     lakehouse, write_batch, apply
 ):
