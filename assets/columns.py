@@ -88,6 +88,12 @@ COLUMNS: dict[str, str] = {
     "op": "`upsert` or `delete`.",
     "batch_id": "The landed batch the event came in.",
     "key_derived": "Whether `event_id` was derived from the content (the file gave none).",
+    "user_events.is_deleted": "Whether the kept version deletes the event: a tombstone, so "
+    "an older upsert arriving later never brings it back.",
+    "user_events_staging.is_deleted": "Whether the version deletes the event (`op` delete).",
+    "user_events.event_date": "The UTC day of `event_timestamp`: the daily partition.",
+    "user_events_staging.event_date": "The UTC day of `event_timestamp` (the staging table "
+    "is partitioned by `batch_id`).",
     "key_hash": "The event key's hash: the first 8 bytes of its SHA-256, as a signed integer.",
     "user_events_key_index.event_date": "A day whose partition of `user_events` may hold "
     "the row of a key of this hash.",
@@ -163,6 +169,10 @@ COLUMNS: dict[str, str] = {
     "sensor": "The sensor that remembers the file.",
     "path": "The file, relative to the landing root.",
     "sha256": "SHA-256 of the file's content when last hashed.",
+    "sensor_files.seq": "The sensor's write that recorded the row (a sequence per sensor): "
+    "of a path's rows, the latest wins.",
+    "sensor_files.removed": "Whether the file was gone from the landing zone when the row "
+    "was written.",
     "label": "What the sensor worked out from the content once (e.g. the telemetry subject).",
 }
 

@@ -47,7 +47,8 @@ CONTROL: dict[str, str] = {
     "telemetry_blacklist": "Files an operator blacklisted.",
     "telemetry_quarantine": "Files set aside as too late.",
     "user_events_key_index": (
-        "Record-level index: the days that may hold each event key's row in user_events."
+        "Record-level index: (key_hash, event_date) pairs naming the days that may hold each "
+        "event key's row in user_events; key_hash is the first 8 bytes of the key's SHA-256."
     ),
     "load_manifest": (
         "One row per enriched run: NEW -> PROCESSED -> LOADED, skips and who moved it."

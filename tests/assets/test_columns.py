@@ -8,20 +8,26 @@ import pkgutil
 import pyarrow as pa
 
 import assets
+import sensors
 from assets.columns import COLUMNS, column_description
 
 
 def written_columns() -> dict[str, set[str]]:
-    """Column names of every Arrow schema and column list the asset modules declare,
-    by module."""
+    """Column names of every Arrow schema and column list the asset and sensor modules
+    declare, by module."""
     found: dict[str, set[str]] = {}
-    for module_info in pkgutil.walk_packages(assets.__path__, "assets."):
+    modules = [
+        *pkgutil.walk_packages(assets.__path__, "assets."),
+        *pkgutil.walk_packages(sensors.__path__, "sensors."),
+    ]
+    for module_info in modules:
         module = importlib.import_module(module_info.name)
         for name, value in vars(module).items():
             if isinstance(value, pa.Schema):
                 found.setdefault(module_info.name, set()).update(value.names)
             elif name.endswith("_COLUMNS") and isinstance(value, tuple):
-                names = {v for v in value if isinstance(v, str) and " " not in v}
+                # A leading underscore: Delta's change-feed columns, read, never written.
+                names = {v for v in value if isinstance(v, str) and " " not in v and v[:1] != "_"}
                 found.setdefault(module_info.name, set()).update(names)
     return found
 
