@@ -22,7 +22,7 @@ delta-spark's MERGE marks the rows it replaces, delta-rs copies their files.
 Event ids are `e<n>`: short. `--hashed-ids` gives every event the SHA-256 (hex) of that
 id instead, 64 characters as ids from producers often are: the same events and rounds.
 The index holds a 64-bit hash of each key, so its lookup costs the same whatever the
-ids; hashing them is what building the index from the table costs (printed too).
+ids. Building the index from the table (printed too) reads and hashes every key.
 
 Run: `.venv/bin/python benchmarks/user_events.py [--engine delta-spark] [--hashed-ids]`
 (or `make bench`).
