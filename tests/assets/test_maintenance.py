@@ -101,6 +101,7 @@ def test_restore_to_just_before_a_partitions_materialization(
     assert "bad-batch" in rows(lakehouse)
 
 
+@pytest.mark.long_on_delta_spark  # the port's restore of a window: the contract tests
 def test_restoring_one_partition_leaves_the_others_as_they_are(
     resources, instance, lakehouse, write_visits
 ):

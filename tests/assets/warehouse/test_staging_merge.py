@@ -197,7 +197,9 @@ BATCHES = {
 @pytest.mark.parametrize(
     "order",
     [
-        "abc",
+        # On delta-spark the publish's MERGE is proven by the versions years apart and
+        # the marked row below; this test's orders run there with `make test-slow`.
+        pytest.param("abc", marks=pytest.mark.long_on_delta_spark),
         pytest.param("cba", marks=pytest.mark.long_on_delta_spark),
         pytest.param("bcacab", marks=pytest.mark.long_on_delta_spark),
     ],

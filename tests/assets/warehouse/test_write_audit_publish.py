@@ -130,6 +130,7 @@ def test_publishing_alone_audits_again_and_refuses_a_damaged_stage(
     assert not lakehouse.exists(USER_EVENTS)
 
 
+@pytest.mark.long_on_delta_spark  # quotes in predicates on Spark: the port's contract tests
 def test_a_batch_id_with_quotes_and_spaces_is_its_own_partition(lakehouse, write_batch, run_batch):
     write_batch("b1", [event("e1")])
     write_batch("it's \\ b1", [event("e2")])
