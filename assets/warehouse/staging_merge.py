@@ -22,7 +22,10 @@ row to its own day.
 
 Publishes are serialized optimistically: each carries the app transaction `publish` at
 the table version its lookup saw plus one, so a publish that another one overtook
-between its lookup and its commit is refused (StaleWriteError) and looks up again.
+between its lookup and its commit is refused (StaleWriteError) and looks up again. A
+RESTORE in between records no such transaction and may put a key's old row back in a day
+the MERGE does not read; the publish then keeps one row per key of its batch
+(`keep_one_row_per_key`), in a commit of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -140,5 +144,68 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
                 raise
             attempt += 1
             continue
+        if not key_index.rows_stayed(lakehouse, seen, result.version - 1):
+            # A commit that may move rows (a RESTORE) landed between the lookup and the
+            # MERGE, which therefore may have left a row of a batch key in a day it did
+            # not read. Delta Spark's RESTORE records no app transaction, so it cannot
+            # refuse the MERGE; the MERGE's conflict checks cover the days it read only.
+            keep_one_row_per_key(lakehouse, pairs["key_hash"], metadata=metadata)
         key_index.record(lakehouse, pairs, before=seen, merged=result.version, metadata=metadata)
         return MergedBatch(result, days, in_window, total - in_window)
+
+
+def keep_one_row_per_key(
+    lakehouse: Lakehouse, hashes: pa.Array | pa.ChunkedArray, *, metadata: dict
+) -> CommitResult | None:
+    """Each event whose key hash is in `hashes` and that holds more than one row in
+    `user_events` keeps its winning row only: the days of the others are rewritten
+    without them, in one commit that carries the publishes' app transaction (a publish
+    that overtakes it makes it look again). None when every key has one row."""
+    attempt = 1
+    while True:
+        seen = key_index.described_version(lakehouse, metadata)  # rebuilt if rows moved
+        days = tuple(sorted(key_index.days_holding(lakehouse, hashes)))
+        rows = lakehouse.read_arrow(
+            USER_EVENTS,
+            where=is_in("event_date", days),
+            columns=TABLE_COLUMNS,
+            computed={"key_digest": key_index.KEY_DIGEST},
+        )
+        rows = rows.append_column("_row", pa.array(range(rows.num_rows), pa.int64()))
+        losers = _losers(rows, hashes)
+        if not len(losers):
+            return None
+        rewritten = pc.unique(rows.take(losers)["event_date"])
+        kept = rows.filter(
+            pc.and_(
+                pc.is_in(rows["event_date"], value_set=rewritten),
+                pc.invert(pc.is_in(rows["_row"], value_set=losers)),
+            )
+        ).select(list(TABLE_COLUMNS))
+        try:
+            return lakehouse.overwrite(
+                USER_EVENTS,
+                kept,
+                where=is_in("event_date", tuple(sorted(rewritten.to_pylist()))),
+                metadata=metadata,
+                app_transaction=AppTransaction(PUBLISH, seen + 1),
+            )
+        except StaleWriteError:
+            if attempt == PUBLISH_ATTEMPTS:
+                raise
+            attempt += 1
+
+
+def _losers(rows: pa.Table, hashes: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """`_row` of each row of `rows` whose key is hashed in `hashes` and that another row
+    of the same key beats by `VERSION_ORDER`, or equals (one of identical rows stays)."""
+    wanted = hashes.combine_chunks() if isinstance(hashes, pa.ChunkedArray) else hashes
+    ours = pc.is_in(key_index.key_hashes(rows["key_digest"]), value_set=wanted)
+    ordered = rows.filter(ours).sort_by(
+        [("event_id", "ascending"), *((column, "descending") for column in VERSION_ORDER)]
+    )
+    if ordered.num_rows < 2:
+        return pa.array([], pa.int64())
+    ids = ordered["event_id"].combine_chunks()
+    beaten = pc.equal(ids[1:], ids[:-1])  # the row before it has its key and sorts first
+    return ordered["_row"].combine_chunks()[1:].filter(beaten)

@@ -16,7 +16,7 @@ from assets.source_files import SourceDataError
 from assets.warehouse import key_index
 from assets.warehouse.events_source import batch_file, parse_batch
 from assets.warehouse.key_index import KEY_INDEX
-from assets.warehouse.staging_merge import USER_EVENTS, deduplicate, merge_batch
+from assets.warehouse.staging_merge import PUBLISH, USER_EVENTS, deduplicate, merge_batch
 from resources.lakehouse import AppTransaction
 from resources.lakehouse.delta_rs import DeltaRsEngine
 
@@ -426,3 +426,37 @@ def test_a_publish_overtaken_between_its_lookup_and_its_commit_looks_up_again(
     assert [d.isoformat() for d in merged.days] == ["2021-04-01", "2022-05-01", "2024-04-01"]
     assert days_of(lakehouse, "e1") == ["2024-04-01"]
     assert lakehouse.count(USER_EVENTS) == 1
+
+
+def test_a_restore_between_a_publishs_lookup_and_its_commit_leaves_one_row_per_key(
+    lakehouse, write_batch, apply, monkeypatch
+):
+    """A RESTORE that lands between a publish's lookup and its MERGE puts a key's old row
+    back in a day the lookup did not name, so the MERGE inserts the key beside it. The
+    publish sees the RESTORE in the history between the two and keeps the winning row;
+    no other row of the rewritten day is touched."""
+    write_batch("v1", [LONG_AGO["v1"], event({"n": 1}, ts=LONG_AGO["v1"]["event_timestamp"])])
+    write_batch("v2", [LONG_AGO["v2"]])
+    write_batch("v3", [LONG_AGO["v3"]])
+    apply("v1")
+    before_the_move = lakehouse.version(USER_EVENTS)
+    apply("v2")  # e1 moves from 2021 to 2022
+    key_index.rebuild(lakehouse, lakehouse.version(USER_EVENTS), {"batch_id": "v2"})
+    lookup = key_index.days_holding
+    restored: list[int] = []
+
+    def restore_after_the_lookup(lake, keys):
+        days = lookup(lake, keys)  # names 2022 for e1: the rebuilt index's one day
+        if not restored:
+            restored.append(lake.restore(USER_EVENTS, before_the_move, metadata={}).version)
+        return days
+
+    monkeypatch.setattr(key_index, "days_holding", restore_after_the_lookup)
+    merged = apply("v3")
+    assert "2021-04-01" not in [d.isoformat() for d in merged.days]  # the race happened
+    assert days_of(lakehouse, "e1") == ["2024-04-01"]
+    assert [r[1] for r in table(lakehouse) if r[0] == "e1"] == ['{"v":3}']
+    assert lakehouse.count(USER_EVENTS) == 2  # e1 and v1's other event, kept
+    repair = lakehouse.history(USER_EVENTS, limit=1)[0]
+    assert repair.version == merged.result.version + 1
+    assert lakehouse.app_transaction_version(USER_EVENTS, PUBLISH) == repair.version
