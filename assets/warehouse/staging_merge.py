@@ -31,7 +31,9 @@ the MERGE does not read; the publish then keeps one row per key of its batch
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,6 +55,7 @@ USER_EVENTS = key_index.USER_EVENTS
 PUBLISH = "publish"
 """App id of the publishes (see the module's docstring)."""
 PUBLISH_ATTEMPTS = 5
+T = TypeVar("T")
 VERSION_ORDER = (
     "event_timestamp",
     "ingestion_time",
@@ -121,37 +124,46 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
     )
     every_column = from_source(TABLE_COLUMNS)
     source = staged.select(*TABLE_COLUMNS)
-    attempt = 1
-    while True:
+
+    def publish() -> tuple[int, MergedBatch]:
         seen = key_index.described_version(lakehouse, metadata)
         days = tuple(sorted(batch_days | key_index.days_holding(lakehouse, pairs["key_hash"])))
-        pinned = is_in("event_date", days)
-        in_window, total = lakehouse.partition_files(USER_EVENTS, where=pinned)
+        in_window, total = lakehouse.partition_files(USER_EVENTS, where=is_in("event_date", days))
+        result = lakehouse.merge(
+            USER_EVENTS,
+            source,
+            on=is_in("t.event_date", days) & matches("event_id"),
+            clauses=[
+                WhenMatchedUpdate(condition=SortsAfter(VERSION_ORDER), set=every_column),
+                WhenNotMatchedInsert(values=every_column),
+            ],
+            metadata=metadata,
+            app_transaction=AppTransaction(PUBLISH, seen + 1),
+        )
+        return seen, MergedBatch(result, days, in_window, total - in_window)
+
+    seen, merged = _serialized(publish)
+    if not key_index.rows_stayed(lakehouse, seen, merged.result.version - 1):
+        # A commit that may move rows (a RESTORE) landed between the lookup and the
+        # MERGE, which therefore may have left a row of a batch key in a day it did not
+        # read. Delta Spark's RESTORE records no app transaction, so it cannot refuse
+        # the MERGE; the MERGE's conflict checks cover the days it read only.
+        keep_one_row_per_key(lakehouse, pairs["key_hash"], metadata=metadata)
+    key_index.record(lakehouse, pairs, before=seen, merged=merged.result.version, metadata=metadata)
+    return merged
+
+
+def _serialized(attempt: Callable[[], T]) -> T:
+    """`attempt()`, a commit to `user_events` under the publishes' app transaction, made
+    again while another publish overtakes it (StaleWriteError), up to `PUBLISH_ATTEMPTS`
+    times in all."""
+    for made in range(1, PUBLISH_ATTEMPTS + 1):
         try:
-            result = lakehouse.merge(
-                USER_EVENTS,
-                source,
-                on=is_in("t.event_date", days) & matches("event_id"),
-                clauses=[
-                    WhenMatchedUpdate(condition=SortsAfter(VERSION_ORDER), set=every_column),
-                    WhenNotMatchedInsert(values=every_column),
-                ],
-                metadata=metadata,
-                app_transaction=AppTransaction(PUBLISH, seen + 1),
-            )
+            return attempt()
         except StaleWriteError:
-            if attempt == PUBLISH_ATTEMPTS:
+            if made == PUBLISH_ATTEMPTS:
                 raise
-            attempt += 1
-            continue
-        if not key_index.rows_stayed(lakehouse, seen, result.version - 1):
-            # A commit that may move rows (a RESTORE) landed between the lookup and the
-            # MERGE, which therefore may have left a row of a batch key in a day it did
-            # not read. Delta Spark's RESTORE records no app transaction, so it cannot
-            # refuse the MERGE; the MERGE's conflict checks cover the days it read only.
-            keep_one_row_per_key(lakehouse, pairs["key_hash"], metadata=metadata)
-        key_index.record(lakehouse, pairs, before=seen, merged=result.version, metadata=metadata)
-        return MergedBatch(result, days, in_window, total - in_window)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def keep_one_row_per_key(
@@ -161,8 +173,8 @@ def keep_one_row_per_key(
     `user_events` keeps its winning row only: the days of the others are rewritten
     without them, in one commit that carries the publishes' app transaction (a publish
     that overtakes it makes it look again). None when every key has one row."""
-    attempt = 1
-    while True:
+
+    def rewrite() -> CommitResult | None:
         seen = key_index.described_version(lakehouse, metadata)  # rebuilt if rows moved
         days = tuple(sorted(key_index.days_holding(lakehouse, hashes)))
         rows = lakehouse.read_arrow(
@@ -182,18 +194,15 @@ def keep_one_row_per_key(
                 pc.invert(pc.is_in(rows["_row"], value_set=losers)),
             )
         ).select(list(TABLE_COLUMNS))
-        try:
-            return lakehouse.overwrite(
-                USER_EVENTS,
-                kept,
-                where=is_in("event_date", tuple(sorted(rewritten.to_pylist()))),
-                metadata=metadata,
-                app_transaction=AppTransaction(PUBLISH, seen + 1),
-            )
-        except StaleWriteError:
-            if attempt == PUBLISH_ATTEMPTS:
-                raise
-            attempt += 1
+        return lakehouse.overwrite(
+            USER_EVENTS,
+            kept,
+            where=is_in("event_date", tuple(sorted(rewritten.to_pylist()))),
+            metadata=metadata,
+            app_transaction=AppTransaction(PUBLISH, seen + 1),
+        )
+
+    return _serialized(rewrite)
 
 
 def _losers(rows: pa.Table, hashes: pa.Array | pa.ChunkedArray) -> pa.Array:
