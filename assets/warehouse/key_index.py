@@ -121,6 +121,13 @@ def rows_stayed(lakehouse: Lakehouse, after: int, upto: int) -> bool:
     )
 
 
+def rows_moved(lakehouse: Lakehouse, before: int, merged: int) -> bool:
+    """Whether a commit between a publish's lookup at version `before` and its commit
+    `merged` may have moved rows (a RESTORE, a write outside the publish): then the
+    index no longer covers the table, and the publish's MERGE may have missed a row."""
+    return merged > before and not rows_stayed(lakehouse, before, merged - 1)
+
+
 def rebuild(lakehouse: Lakehouse, version: int, metadata: Mapping[str, Any]) -> None:
     """The index made anew from `user_events` at `version`: one pair per row."""
     pairs = _pairs(
@@ -169,11 +176,11 @@ def record(
     merged: int,
     metadata: Mapping[str, Any],
 ) -> None:
-    """After a publish moved `user_events` from version `before` to `merged`: the batch's
-    (`key_hash`, `event_date`) pairs (`batch_pairs`) appended. Skipped (the next lookup
-    rebuilds) when another commit that may move rows came in between, or another writer
-    recorded first."""
-    if merged <= before or not rows_stayed(lakehouse, before, merged - 1):
+    """After a publish moved `user_events` from version `before` to `merged`, with every
+    commit in between leaving rows where they were (`rows_moved`, which the publish
+    asks first): the batch's (`key_hash`, `event_date`) pairs (`batch_pairs`) appended.
+    Skipped when the publish committed nothing, or another writer recorded first."""
+    if merged <= before:
         return
     index = lakehouse.in_process()
     try:

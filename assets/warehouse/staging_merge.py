@@ -143,13 +143,17 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
         return seen, MergedBatch(result, days, in_window, total - in_window)
 
     seen, merged = _serialized(publish)
-    if not key_index.rows_stayed(lakehouse, seen, merged.result.version - 1):
-        # A commit that may move rows (a RESTORE) landed between the lookup and the
-        # MERGE, which therefore may have left a row of a batch key in a day it did not
-        # read. Delta Spark's RESTORE records no app transaction, so it cannot refuse
-        # the MERGE; the MERGE's conflict checks cover the days it read only.
+    if key_index.rows_moved(lakehouse, seen, merged.result.version):
+        # A RESTORE (say) landed between the lookup and the MERGE, which therefore may
+        # have left a row of a batch key in a day it did not read. Delta Spark's RESTORE
+        # records no app transaction, so it cannot refuse the MERGE; the MERGE's
+        # conflict checks cover the days it read only. The index, which no longer
+        # covers the table, is rebuilt there.
         keep_one_row_per_key(lakehouse, pairs["key_hash"], metadata=metadata)
-    key_index.record(lakehouse, pairs, before=seen, merged=merged.result.version, metadata=metadata)
+    else:
+        key_index.record(
+            lakehouse, pairs, before=seen, merged=merged.result.version, metadata=metadata
+        )
     return merged
 
 
