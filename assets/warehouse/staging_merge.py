@@ -24,8 +24,10 @@ Publishes are serialized optimistically: each carries the app transaction `publi
 the table version its lookup saw plus one, so a publish that another one overtook
 between its lookup and its commit is refused (StaleWriteError) and looks up again. A
 RESTORE in between records no such transaction and may put a key's old row back in a day
-the MERGE does not read; the publish then keeps one row per key of its batch
-(`keep_one_row_per_key`), in a commit of its own.
+the MERGE does not read; the publish then rebuilds the index, and the rebuild, which
+reads every key, keeps one row of each key it finds on two (`keep_one_row_per_key`), in
+a commit of its own. Every rebuild does that, so a key a failed repair, a RESTORE or a
+write outside the publish left on two rows is repaired by the next lookup.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 import pyarrow as pa
@@ -124,9 +127,10 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
     )
     every_column = from_source(TABLE_COLUMNS)
     source = staged.select(*TABLE_COLUMNS)
+    repair = partial(keep_one_row_per_key, lakehouse, metadata=metadata)
 
     def publish() -> tuple[int, MergedBatch]:
-        seen = key_index.described_version(lakehouse, metadata)
+        seen = key_index.described_version(lakehouse, metadata, repair=repair)
         days = tuple(sorted(batch_days | key_index.days_holding(lakehouse, pairs["key_hash"])))
         in_window, total = lakehouse.partition_files(USER_EVENTS, where=is_in("event_date", days))
         result = lakehouse.merge(
@@ -148,11 +152,17 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
         # have left a row of a batch key in a day it did not read. Delta Spark's RESTORE
         # records no app transaction, so it cannot refuse the MERGE; the MERGE's
         # conflict checks cover the days it read only. The index, which no longer
-        # covers the table, is rebuilt there.
-        keep_one_row_per_key(lakehouse, pairs["key_hash"], metadata=metadata)
+        # covers the table, is rebuilt, and the rebuild repairs every key it finds on
+        # two rows.
+        _serialized(lambda: key_index.described_version(lakehouse, metadata, repair=repair))
     else:
         key_index.record(
-            lakehouse, pairs, before=seen, merged=merged.result.version, metadata=metadata
+            lakehouse,
+            pairs,
+            before=seen,
+            merged=merged.result.version,
+            metadata=metadata,
+            repair=repair,
         )
     return merged
 
@@ -171,42 +181,40 @@ def _serialized(attempt: Callable[[], T]) -> T:
 
 
 def keep_one_row_per_key(
-    lakehouse: Lakehouse, hashes: pa.Array | pa.ChunkedArray, *, metadata: dict
-) -> CommitResult | None:
-    """Each event whose key hash is in `hashes` and that holds more than one row in
-    `user_events` keeps its winning row only: the days of the others are rewritten
-    without them, in one commit that carries the publishes' app transaction (a publish
-    that overtakes it makes it look again). None when every key has one row."""
-
-    def rewrite() -> CommitResult | None:
-        seen = key_index.described_version(lakehouse, metadata)  # rebuilt if rows moved
-        days = tuple(sorted(key_index.days_holding(lakehouse, hashes)))
-        rows = lakehouse.read_arrow(
-            USER_EVENTS,
-            where=is_in("event_date", days),
-            columns=TABLE_COLUMNS,
-            computed={"key_digest": key_index.KEY_DIGEST},
+    lakehouse: Lakehouse, version: int, shared: pa.Table, *, metadata: dict
+) -> int | None:
+    """`key_index.Repair`: of each event in `user_events` at `version` whose key hash
+    `shared` names (with the days the index found it in), the winning row only is kept:
+    the days of the others are rewritten without them, in one commit that carries the
+    publishes' app transaction (so a publish since `version` refuses it, StaleWriteError,
+    and the publish looks up again). Returns that commit's version; None when no event
+    holds two rows (only hashes of different keys collide)."""
+    days = tuple(sorted(set(shared["event_date"].to_pylist())))
+    rows = lakehouse.read_arrow(
+        USER_EVENTS,
+        version=version,
+        where=is_in("event_date", days),
+        columns=TABLE_COLUMNS,
+        computed={"key_digest": key_index.KEY_DIGEST},
+    )
+    rows = rows.append_column("_row", pa.array(range(rows.num_rows), pa.int64()))
+    losers = _losers(rows, shared["key_hash"])
+    if not len(losers):
+        return None
+    rewritten = pc.unique(rows.take(losers)["event_date"])
+    kept = rows.filter(
+        pc.and_(
+            pc.is_in(rows["event_date"], value_set=rewritten),
+            pc.invert(pc.is_in(rows["_row"], value_set=losers)),
         )
-        rows = rows.append_column("_row", pa.array(range(rows.num_rows), pa.int64()))
-        losers = _losers(rows, hashes)
-        if not len(losers):
-            return None
-        rewritten = pc.unique(rows.take(losers)["event_date"])
-        kept = rows.filter(
-            pc.and_(
-                pc.is_in(rows["event_date"], value_set=rewritten),
-                pc.invert(pc.is_in(rows["_row"], value_set=losers)),
-            )
-        ).select(list(TABLE_COLUMNS))
-        return lakehouse.overwrite(
-            USER_EVENTS,
-            kept,
-            where=is_in("event_date", tuple(sorted(rewritten.to_pylist()))),
-            metadata=metadata,
-            app_transaction=AppTransaction(PUBLISH, seen + 1),
-        )
-
-    return _serialized(rewrite)
+    ).select(list(TABLE_COLUMNS))
+    return lakehouse.overwrite(
+        USER_EVENTS,
+        kept,
+        where=is_in("event_date", tuple(sorted(rewritten.to_pylist()))),
+        metadata=metadata,
+        app_transaction=AppTransaction(PUBLISH, version + 1),
+    ).version
 
 
 def _losers(rows: pa.Table, hashes: pa.Array | pa.ChunkedArray) -> pa.Array:

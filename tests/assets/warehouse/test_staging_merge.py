@@ -7,16 +7,23 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from assets.source_files import SourceDataError
-from assets.warehouse import key_index
+from assets.warehouse import key_index, staging_merge
 from assets.warehouse.events_source import batch_file, parse_batch
 from assets.warehouse.key_index import KEY_INDEX
-from assets.warehouse.staging_merge import PUBLISH, USER_EVENTS, deduplicate, merge_batch
+from assets.warehouse.staging_merge import (
+    PUBLISH,
+    USER_EVENTS,
+    deduplicate,
+    keep_one_row_per_key,
+    merge_batch,
+)
 from resources.lakehouse import AppTransaction
 from resources.lakehouse.delta_rs import DeltaRsEngine
 
@@ -428,30 +435,41 @@ def test_a_publish_overtaken_between_its_lookup_and_its_commit_looks_up_again(
     assert lakehouse.count(USER_EVENTS) == 1
 
 
-def test_a_restore_between_a_publishs_lookup_and_its_commit_leaves_one_row_per_key(
-    lakehouse, write_batch, apply, monkeypatch
-):
-    """A RESTORE that lands between a publish's lookup and its MERGE puts a key's old row
-    back in a day the lookup did not name, so the MERGE inserts the key beside it. The
-    publish sees the RESTORE in the history between the two and keeps the winning row;
-    no other row of the rewritten day is touched."""
+@pytest.fixture
+def restore_after_the_next_lookup(lakehouse, write_batch, apply, monkeypatch):
+    """e1 published at v1 (2021) then v2 (2022), with v1's other event kept in 2021; the
+    index rebuilt, so it names 2022 only for e1; and a RESTORE of the table to before v2
+    (e1 back in 2021) set to land right after the next publish's lookup, once."""
     write_batch("v1", [LONG_AGO["v1"], event({"n": 1}, ts=LONG_AGO["v1"]["event_timestamp"])])
     write_batch("v2", [LONG_AGO["v2"]])
     write_batch("v3", [LONG_AGO["v3"]])
     apply("v1")
     before_the_move = lakehouse.version(USER_EVENTS)
-    apply("v2")  # e1 moves from 2021 to 2022
-    key_index.rebuild(lakehouse, lakehouse.version(USER_EVENTS), {"batch_id": "v2"})
+    apply("v2")
+    rebuilt = {"batch_id": "v2"}
+    repair = partial(keep_one_row_per_key, lakehouse, metadata=rebuilt)
+    key_index.rebuild(lakehouse, lakehouse.version(USER_EVENTS), rebuilt, repair=repair)
     lookup = key_index.days_holding
     restored: list[int] = []
 
     def restore_after_the_lookup(lake, keys):
-        days = lookup(lake, keys)  # names 2022 for e1: the rebuilt index's one day
+        days = lookup(lake, keys)
         if not restored:
             restored.append(lake.restore(USER_EVENTS, before_the_move, metadata={}).version)
         return days
 
     monkeypatch.setattr(key_index, "days_holding", restore_after_the_lookup)
+
+
+@pytest.mark.usefixtures("restore_after_the_next_lookup")
+def test_a_restore_between_a_publishs_lookup_and_its_commit_leaves_one_row_per_key(
+    lakehouse, apply
+):
+    """A RESTORE that lands between a publish's lookup and its MERGE puts a key's old row
+    back in a day the lookup did not name, so the MERGE inserts the key beside it. The
+    publish sees the RESTORE in the history between the two and rebuilds the index; the
+    rebuild finds the key on two rows and keeps the winning one; no other row of the
+    rewritten day is touched."""
     merged = apply("v3")
     assert "2021-04-01" not in [d.isoformat() for d in merged.days]  # the race happened
     assert days_of(lakehouse, "e1") == ["2024-04-01"]
@@ -460,3 +478,37 @@ def test_a_restore_between_a_publishs_lookup_and_its_commit_leaves_one_row_per_k
     repair = lakehouse.history(USER_EVENTS, limit=1)[0]
     assert repair.version == merged.result.version + 1
     assert lakehouse.app_transaction_version(USER_EVENTS, PUBLISH) == repair.version
+    assert lakehouse.app_transaction_version(KEY_INDEX, key_index.DESCRIBES) == repair.version
+
+
+@pytest.mark.long_on_delta_spark
+@pytest.mark.usefixtures("restore_after_the_next_lookup")
+def test_a_repair_that_failed_after_its_publish_committed_is_made_by_the_next_lookup(
+    lakehouse, write_batch, apply, monkeypatch
+):
+    """The run dies in the repair that a RESTORE between lookup and MERGE called for: the
+    MERGE committed, the key holds two rows, and the index was not written. The next
+    publish (another batch, of another key) rebuilds the index, finds the key on two rows
+    and keeps the winning one before it merges."""
+    write_batch("other", [event({"n": 2}, event_id="e2")])
+
+    def crash(*args, **kwargs):
+        raise OSError("the process died in the repair")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(staging_merge, "keep_one_row_per_key", crash)
+        with pytest.raises(OSError, match="died in the repair"):
+            apply("v3")
+    assert days_of(lakehouse, "e1") == ["2021-04-01", "2024-04-01"]  # what the crash left
+    described = lakehouse.app_transaction_version(KEY_INDEX, key_index.DESCRIBES)
+    assert described < lakehouse.version(USER_EVENTS)
+    merged = apply("other")
+    assert days_of(lakehouse, "e1") == ["2024-04-01"]
+    assert [r[1] for r in table(lakehouse) if r[0] == "e1"] == ['{"v":3}']
+    assert lakehouse.count(USER_EVENTS) == 3  # e1, v1's other event, e2
+    repair = lakehouse.history(USER_EVENTS, limit=2)[1]
+    assert repair.version == merged.result.version - 1
+    assert lakehouse.app_transaction_version(USER_EVENTS, PUBLISH) == merged.result.version
+    assert lakehouse.app_transaction_version(KEY_INDEX, key_index.DESCRIBES) == (
+        merged.result.version
+    )
