@@ -37,7 +37,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -51,8 +50,8 @@ from assets.warehouse.staging_merge import (  # noqa: E402
     TABLE_COLUMNS,
     TABLE_PROPERTIES,
     USER_EVENTS,
+    OneRowPerKey,
     deduplicate,
-    keep_one_row_per_key,
     merge_batch,
 )
 from resources import Lakehouse, LandingZone, SparkResource  # noqa: E402
@@ -176,8 +175,7 @@ def merge_costs(
         # The history was appended outside the publish: the index is built once here,
         # as the first publish after an upgrade or a restore builds it.
         started = time.perf_counter()
-        repair = partial(keep_one_row_per_key, lake, metadata=META)
-        key_index.described_version(lake, META, repair=repair)
+        key_index.described_version(lake, META, repair=OneRowPerKey(lake, META))
         indexed = time.perf_counter() - started
         costs = [merge_rounds(lake, rows, spread=False, hashed_ids=hashed_ids)]
         if spread:

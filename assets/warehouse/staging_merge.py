@@ -25,7 +25,7 @@ the table version its lookup saw plus one, so a publish that another one overtoo
 between its lookup and its commit is refused (StaleWriteError) and looks up again. A
 RESTORE in between records no such transaction and may put a key's old row back in a day
 the MERGE does not read; the publish then rebuilds the index, and the rebuild, which
-reads every key, keeps one row of each key it finds on two (`keep_one_row_per_key`), in
+reads every key, keeps one row of each key it finds on two (`OneRowPerKey`), in
 a commit of its own. Every rebuild does that, so a key a failed repair, a RESTORE or a
 write outside the publish left on two rows is repaired by the next lookup.
 """
@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import pyarrow as pa
@@ -108,6 +107,10 @@ class MergedBatch:
     """Files of the pinned days: all the MERGE may read."""
     files_skipped: int
     """Files of other days, which the MERGE never opens."""
+    rows_repaired: int = 0
+    """Rows the publish's repairs took away: a key's losing rows beside its winning one
+    (see `OneRowPerKey`); 0 unless a RESTORE, a failed publish or a write outside the
+    publish had left a key more than one row."""
 
 
 def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> MergedBatch:
@@ -127,7 +130,7 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
     )
     every_column = from_source(TABLE_COLUMNS)
     source = staged.select(*TABLE_COLUMNS)
-    repair = partial(keep_one_row_per_key, lakehouse, metadata=metadata)
+    repair = OneRowPerKey(lakehouse, metadata)
 
     def publish() -> tuple[int, MergedBatch]:
         seen = key_index.described_version(lakehouse, metadata, repair=repair)
@@ -164,7 +167,7 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
             metadata=metadata,
             repair=repair,
         )
-    return merged
+    return replace(merged, rows_repaired=repair.rows_removed)
 
 
 def _serialized(attempt: Callable[[], T]) -> T:
@@ -180,41 +183,51 @@ def _serialized(attempt: Callable[[], T]) -> T:
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def keep_one_row_per_key(
-    lakehouse: Lakehouse, version: int, shared: pa.Table, *, metadata: dict
-) -> int | None:
-    """`key_index.Repair`: of each event in `user_events` at `version` whose key hash
-    `shared` names (with the days the index found it in), the winning row only is kept:
-    the days of the others are rewritten without them, in one commit that carries the
-    publishes' app transaction (so a publish since `version` refuses it, StaleWriteError,
-    and the publish looks up again). Returns that commit's version; None when no event
-    holds two rows (only hashes of different keys collide)."""
-    days = tuple(sorted(set(shared["event_date"].to_pylist())))
-    rows = lakehouse.read_arrow(
-        USER_EVENTS,
-        version=version,
-        where=is_in("event_date", days),
-        columns=TABLE_COLUMNS,
-        computed={"key_digest": key_index.KEY_DIGEST},
-    )
-    rows = rows.append_column("_row", pa.array(range(rows.num_rows), pa.int64()))
-    losers = _losers(rows, shared["key_hash"])
-    if not len(losers):
-        return None
-    rewritten = pc.unique(rows.take(losers)["event_date"])
-    kept = rows.filter(
-        pc.and_(
-            pc.is_in(rows["event_date"], value_set=rewritten),
-            pc.invert(pc.is_in(rows["_row"], value_set=losers)),
+@dataclass
+class OneRowPerKey:
+    """`key_index.Repair` of a publish: of each event in `user_events` whose key hash the
+    rebuild found on more than one row, the winning row only is kept. The days of the
+    others are rewritten without them, in one commit (the publish's `metadata`, with
+    `rows_repaired`) that carries the publishes' app transaction, so a publish since the
+    rebuild's version refuses it (StaleWriteError) and the publish looks up again.
+    Counts the rows it took away, for the publish's metadata."""
+
+    lakehouse: Lakehouse
+    metadata: dict
+    rows_removed: int = 0
+
+    def __call__(self, version: int, shared: pa.Table) -> int | None:
+        """The repair's commit, from `user_events` at `version` and the index's pairs
+        (`shared`) of the key hashes more than one row holds; None when no event holds
+        two rows (only hashes of different keys collide)."""
+        days = tuple(sorted(set(shared["event_date"].to_pylist())))
+        rows = self.lakehouse.read_arrow(
+            USER_EVENTS,
+            version=version,
+            where=is_in("event_date", days),
+            columns=TABLE_COLUMNS,
+            computed={"key_digest": key_index.KEY_DIGEST},
         )
-    ).select(list(TABLE_COLUMNS))
-    return lakehouse.overwrite(
-        USER_EVENTS,
-        kept,
-        where=is_in("event_date", tuple(sorted(rewritten.to_pylist()))),
-        metadata=metadata,
-        app_transaction=AppTransaction(PUBLISH, version + 1),
-    ).version
+        rows = rows.append_column("_row", pa.array(range(rows.num_rows), pa.int64()))
+        losers = _losers(rows, shared["key_hash"])
+        if not len(losers):
+            return None
+        rewritten = pc.unique(rows.take(losers)["event_date"])
+        kept = rows.filter(
+            pc.and_(
+                pc.is_in(rows["event_date"], value_set=rewritten),
+                pc.invert(pc.is_in(rows["_row"], value_set=losers)),
+            )
+        ).select(list(TABLE_COLUMNS))
+        version = self.lakehouse.overwrite(
+            USER_EVENTS,
+            kept,
+            where=is_in("event_date", tuple(sorted(rewritten.to_pylist()))),
+            metadata={**self.metadata, "rows_repaired": len(losers)},
+            app_transaction=AppTransaction(PUBLISH, version + 1),
+        ).version
+        self.rows_removed += len(losers)
+        return version
 
 
 def _losers(rows: pa.Table, hashes: pa.Array | pa.ChunkedArray) -> pa.Array:

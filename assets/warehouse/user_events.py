@@ -225,6 +225,7 @@ def user_events(
                 "merged_day_range": f"{merged.days[0]} .. {merged.days[-1]}",
                 "files_scanned": dg.MetadataValue.int(merged.files_in_window),
                 "files_skipped": dg.MetadataValue.int(merged.files_skipped),
+                "rows_repaired": dg.MetadataValue.int(merged.rows_repaired),
             },
         )
     )

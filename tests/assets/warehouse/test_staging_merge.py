@@ -7,21 +7,20 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from assets.source_files import SourceDataError
-from assets.warehouse import key_index, staging_merge
+from assets.warehouse import key_index
 from assets.warehouse.events_source import batch_file, parse_batch
 from assets.warehouse.key_index import KEY_INDEX
 from assets.warehouse.staging_merge import (
     PUBLISH,
     USER_EVENTS,
+    OneRowPerKey,
     deduplicate,
-    keep_one_row_per_key,
     merge_batch,
 )
 from resources.lakehouse import AppTransaction
@@ -447,8 +446,9 @@ def restore_after_the_next_lookup(lakehouse, write_batch, apply, monkeypatch):
     before_the_move = lakehouse.version(USER_EVENTS)
     apply("v2")
     rebuilt = {"batch_id": "v2"}
-    repair = partial(keep_one_row_per_key, lakehouse, metadata=rebuilt)
+    repair = OneRowPerKey(lakehouse, rebuilt)
     key_index.rebuild(lakehouse, lakehouse.version(USER_EVENTS), rebuilt, repair=repair)
+    assert repair.rows_removed == 0
     lookup = key_index.days_holding
     restored: list[int] = []
 
@@ -475,8 +475,10 @@ def test_a_restore_between_a_publishs_lookup_and_its_commit_leaves_one_row_per_k
     assert days_of(lakehouse, "e1") == ["2024-04-01"]
     assert [r[1] for r in table(lakehouse) if r[0] == "e1"] == ['{"v":3}']
     assert lakehouse.count(USER_EVENTS) == 2  # e1 and v1's other event, kept
+    assert merged.rows_repaired == 1
     repair = lakehouse.history(USER_EVENTS, limit=1)[0]
     assert repair.version == merged.result.version + 1
+    assert int(repair.metadata["rows_repaired"]) == 1
     assert lakehouse.app_transaction_version(USER_EVENTS, PUBLISH) == repair.version
     assert lakehouse.app_transaction_version(KEY_INDEX, key_index.DESCRIBES) == repair.version
 
@@ -496,7 +498,7 @@ def test_a_repair_that_failed_after_its_publish_committed_is_made_by_the_next_lo
         raise OSError("the process died in the repair")
 
     with monkeypatch.context() as patched:
-        patched.setattr(staging_merge, "keep_one_row_per_key", crash)
+        patched.setattr(OneRowPerKey, "__call__", crash)
         with pytest.raises(OSError, match="died in the repair"):
             apply("v3")
     assert days_of(lakehouse, "e1") == ["2021-04-01", "2024-04-01"]  # what the crash left
@@ -506,6 +508,7 @@ def test_a_repair_that_failed_after_its_publish_committed_is_made_by_the_next_lo
     assert days_of(lakehouse, "e1") == ["2024-04-01"]
     assert [r[1] for r in table(lakehouse) if r[0] == "e1"] == ['{"v":3}']
     assert lakehouse.count(USER_EVENTS) == 3  # e1, v1's other event, e2
+    assert merged.rows_repaired == 1
     repair = lakehouse.history(USER_EVENTS, limit=2)[1]
     assert repair.version == merged.result.version - 1
     assert lakehouse.app_transaction_version(USER_EVENTS, PUBLISH) == merged.result.version
