@@ -32,6 +32,12 @@ def _interrupted(signum: int, frame: object) -> None:
 def main(argv: list[str]) -> int:
     # SIGTERM (e.g. `kill`) takes the same way out as Ctrl-C, so the server is stopped.
     signal.signal(signal.SIGTERM, _interrupted)
+    # Ctrl-C's own handler, even when a shell started this with SIGINT ignored (`make dev
+    # &` in a script, nohup): an ignored signal stays ignored in `dagster dev`, which
+    # would then lose the SIGINT passed on below and, killed after the wait, orphan its
+    # webserver, daemon and code servers with the UI's port held. A handled one is back
+    # to its default there.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     home = Path(os.environ.get("DAGSTER_HOME", PROJECT_ROOT / ".data" / "dagster"))
     print(f"Dagster instance: {home}")
     with long_lived_spark(server_state(home), os.environ) as spark_env:

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -35,11 +36,18 @@ mutation Launch($params: ExecutionParams!) {
 """
 
 
-def test_make_dev_serves_runs_from_the_long_lived_spark_and_ctrl_c_stops_both(
-    tmp_path, write_visits, landing
-):
+@dataclass(frozen=True)
+class MakeDev:
+    process: subprocess.Popen
+    url: str
+    home: Path
+    log: Path
+
+
+def start_make_dev(tmp_path: Path, landing, **popen) -> MakeDev:
+    """platform/dev.py on a free loopback port, in its own process group, with an
+    instance, a lakehouse and a landing zone under `tmp_path`."""
     home = instance_home(tmp_path / "dagster")
-    write_visits("2024-03-04", "part.jsonl", [_visit(i) for i in range(3)])
     port = free_port()
     env = {
         key: value
@@ -52,24 +60,38 @@ def test_make_dev_serves_runs_from_the_long_lived_spark_and_ctrl_c_stops_both(
         LANDING_ROOT=landing.root,
         SENSOR_INTERVAL_SECONDS="2",
     )
-    log = (tmp_path / "make-dev.log").open("wb")
+    log = tmp_path / "make-dev.log"
     dev = subprocess.Popen(
         [sys.executable, str(PROJECT_ROOT / "platform" / "dev.py"), "-h", "127.0.0.1"]
         + ["-p", str(port)],
         env=env,
         cwd=PROJECT_ROOT,
-        stdout=log,
+        stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own group: the Ctrl-C below reaches it alone
+        **popen,
     )
-    url = f"http://127.0.0.1:{port}"
+    return MakeDev(dev, f"http://127.0.0.1:{port}", home, log)
+
+
+def wait_until_it_serves(dev: MakeDev, seconds: float = 240) -> None:
+    deadline = time.monotonic() + seconds
+    while not serves(dev.url, dev.home):
+        assert dev.process.poll() is None, dev.log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "make dev did not come up"
+        time.sleep(1)
+
+
+def test_make_dev_serves_runs_from_the_long_lived_spark_and_ctrl_c_stops_both(
+    tmp_path, write_visits, landing
+):
+    write_visits("2024-03-04", "part.jsonl", [_visit(i) for i in range(3)])
+    started = start_make_dev(tmp_path, landing)
+    dev, url, home = started.process, started.url, started.home
     server = SparkServer(server_state(home))
     try:
+        wait_until_it_serves(started)
         deadline = time.monotonic() + 240
-        while not serves(url, home):
-            assert dev.poll() is None, (tmp_path / "make-dev.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "make dev did not come up"
-            time.sleep(1)
         spark = server.description()
         assert spark is not None and alive(spark.pid)
 
@@ -117,7 +139,45 @@ def test_make_dev_serves_runs_from_the_long_lived_spark_and_ctrl_c_stops_both(
         dev.wait(timeout=120)
     assert not alive(spark.pid)
     assert server.description() is None
-    assert "Stopped the long-lived Spark" in (tmp_path / "make-dev.log").read_text()
+    assert "Stopped the long-lived Spark" in started.log.read_text()
+
+
+def test_a_kill_of_make_dev_started_with_ctrl_c_ignored_stops_every_process(tmp_path, landing):
+    """A shell that runs `make dev &` (a script, nohup) starts it with SIGINT ignored,
+    and `dagster dev` inherited that: the SIGINT a `kill` of make dev passes on was lost,
+    and make dev, killing `dagster dev` after its wait, left the webserver, daemon and
+    code servers running with the UI's port held."""
+    started = start_make_dev(
+        tmp_path, landing, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)
+    )
+    server = SparkServer(server_state(started.home))
+    try:
+        wait_until_it_serves(started)
+        spark = server.description()
+        assert spark is not None
+        started.process.terminate()
+        # Within make dev's own wait (60 s) before it kills `dagster dev`.
+        started.process.wait(timeout=50)
+    finally:
+        if started.process.poll() is None:
+            os.killpg(started.process.pid, signal.SIGKILL)
+    assert group_gone(started.process.pid, within=15), "a process of make dev's group is left"
+    assert not serves(started.url, started.home)
+    assert not alive(spark.pid)
+    assert "Dagster services shut down" in started.log.read_text()
+
+
+def group_gone(group: int, *, within: float) -> bool:
+    """Whether every process of the process group `group` exits within `within` s (code
+    servers finish their shutdown a moment after `dagster dev`)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.5)
+    return False
 
 
 def _visit(i: int) -> dict:
