@@ -26,7 +26,7 @@ Delta app transaction `DESCRIBES`, the version of `user_events` it describes.
   read. A failure between the two commits therefore costs one rebuild, never a row.
 - A rebuild reads every key, so it also checks the table's own promise, one row per
   event: key hashes that more than one row holds are handed to a repair (the publish's
-  `keep_one_row_per_key`) before the index is written. A RESTORE or a write outside the
+  `staging_merge.OneRowPerKey`) before the index is written. A RESTORE or a write outside the
   publish that left a key two rows is repaired by the next rebuild; and when the repair
   fails, the index is not written, so the rebuild and the repair come again at the next
   lookup.
@@ -150,12 +150,11 @@ def rebuild(
         repaired = repair(version, shared)
         if repaired is None:
             break  # only hashes of different keys collide
-        if repaired == version + 1:
-            # The repair took rows away only, and nothing committed before it: the pairs
-            # read still cover the table (an extra day for each row it took).
-            version = repaired
+        # The repair took rows away only: when nothing committed before it, the pairs
+        # read still cover the table (an extra day for each row it took).
+        covered, version = repaired == version + 1, repaired
+        if covered:
             break
-        version = repaired
         pairs = _read_pairs(lakehouse, version)
     _write(lakehouse, pairs, version, metadata)
     return version
