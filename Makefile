@@ -8,7 +8,7 @@ export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
 
 .PHONY: setup instance demo test test-connect test-slow dev sql bench bench-cluster lint clean cluster spark-connect cluster-down
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml native/event_lines/Cargo.toml $(wildcard native/event_lines/src/*.rs)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "Python 3.11+ is needed (found $$($(PYTHON) --version)); set PYTHON=python3.11"; exit 1; }
 	@# The installers' output goes to a log, shown only when it fails.
@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml
 	@# long to start). The test tools, which only test processes import, are not: compiling
 	@# them too took every set-up 22 s more.
 	$(PY) -m pip install --quiet uv > .data/setup.log 2>&1 || { cat .data/setup.log; exit 1; }
+	@# The project's native library (native/event_lines, Rust) is built from source: stop
+	@# here with what to install rather than fail inside the installer.
+	@command -v cargo > /dev/null || { echo "Rust 1.71+ (cargo) is needed to build native/event_lines: install it with rustup (https://rustup.rs), then run make again"; exit 1; }
 	$(PY) -m uv pip install --quiet --compile-bytecode --python $(PY) -e . >> .data/setup.log 2>&1 || { cat .data/setup.log; exit 1; }
 	$(PY) -m uv pip install --quiet --python $(PY) -e '.[dev]' >> .data/setup.log 2>&1 || { cat .data/setup.log; exit 1; }
 	@# Spark needs Java 17+: stop here with what to install rather than fail deep in a run.
@@ -50,6 +53,7 @@ demo: setup
 # TEST_WORKERS processes share the tests out (each with its own Spark); 1: one process.
 TEST_WORKERS ?= 2
 test: lint
+	cargo test --quiet --release --manifest-path $(NATIVE)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 # The same suite attached to a long-lived Spark (a Spark Connect server each test process
@@ -113,9 +117,11 @@ cluster-down:
 # mypy keeps its cache beside the Spark packages' (a fresh clone checks in under a second
 # where it took 14 s); it checks again every file whose content changed, whichever clone.
 MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/idempotent-lakehouse/mypy
+NATIVE := native/event_lines/Cargo.toml
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 	MYPY_CACHE_DIR=$(MYPY_CACHE_DIR) $(VENV)/bin/mypy
+	cargo fmt --check --manifest-path $(NATIVE)
 
 clean:
 	rm -rf .data
