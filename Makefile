@@ -4,11 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The project's native library (Rust), built into the venv by set-up.
+NATIVE := native/event_lines/Cargo.toml
 export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
 
 .PHONY: setup instance demo test test-connect test-slow dev sql bench bench-cluster lint clean cluster spark-connect cluster-down
 
-$(STAMP): pyproject.toml native/event_lines/Cargo.toml $(wildcard native/event_lines/src/*.rs)
+$(STAMP): pyproject.toml $(NATIVE) $(wildcard native/event_lines/src/*.rs)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "Python 3.11+ is needed (found $$($(PYTHON) --version)); set PYTHON=python3.11"; exit 1; }
 	@# The installers' output goes to a log, shown only when it fails.
@@ -117,7 +119,6 @@ cluster-down:
 # mypy keeps its cache beside the Spark packages' (a fresh clone checks in under a second
 # where it took 14 s); it checks again every file whose content changed, whichever clone.
 MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/idempotent-lakehouse/mypy
-NATIVE := native/event_lines/Cargo.toml
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 	MYPY_CACHE_DIR=$(MYPY_CACHE_DIR) $(VENV)/bin/mypy

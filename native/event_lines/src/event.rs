@@ -22,20 +22,24 @@ pub struct Event {
     pub content_digest: String,
 }
 
-/// The field's text when it is a JSON string that is not blank (Spark's `trim` takes
+/// A field's text when it is a JSON string that is not blank (Spark's `trim` takes
 /// spaces only).
-fn text<'v>(value: &'v Value, field: &str) -> Option<&'v str> {
-    match value.field(field) {
+fn not_blank<'v>(found: Option<&'v Value>) -> Option<&'v str> {
+    match found {
         Some(Value::Str(text)) if !text.trim_matches(' ').is_empty() => Some(text),
         _ => None,
     }
+}
+
+fn text<'v>(value: &'v Value, field: &str) -> Option<&'v str> {
+    not_blank(value.field(field))
 }
 
 /// Given (`Some(Some(text))`), absent or null (`Some(None)`), or a problem (`None`).
 fn optional_text<'v>(value: &'v Value, field: &str) -> Option<Option<&'v str>> {
     match value.field(field) {
         None | Some(Value::Null) => Some(None),
-        Some(_) => text(value, field).map(Some),
+        found => not_blank(found).map(Some),
     }
 }
 

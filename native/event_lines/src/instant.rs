@@ -10,10 +10,10 @@ const SECONDS_PER_DAY: i64 = 86_400;
 /// Microseconds since 1970-01-01T00:00:00Z.
 pub fn micros(text: &str) -> Option<i64> {
     let b = text.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' {
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' {
         return None;
     }
-    if b[16] != b':' {
+    if b[13] != b':' || b[16] != b':' {
         return None;
     }
     let year = number(&b[0..4])?;

@@ -130,6 +130,7 @@ pub fn write_string(text: &str, out: &mut String) {
 /// The JSON value `text` holds, with nothing but whitespace around it.
 pub fn parse(text: &str) -> Result<Value<'_>, Unsure> {
     let mut reader = Reader {
+        text,
         bytes: text.as_bytes(),
         at: 0,
     };
@@ -144,6 +145,7 @@ pub fn parse(text: &str) -> Result<Value<'_>, Unsure> {
 }
 
 struct Reader<'a> {
+    text: &'a str,
     bytes: &'a [u8],
     at: usize,
 }
@@ -249,8 +251,7 @@ impl<'a> Reader<'a> {
     }
 
     fn hex4(&mut self) -> Result<u32, Unsure> {
-        let digits = self.bytes.get(self.at..self.at + 4).ok_or(Unsure)?;
-        let text = std::str::from_utf8(digits).map_err(|_| Unsure)?;
+        let text = self.text.get(self.at..self.at + 4).ok_or(Unsure)?;
         if !text.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(Unsure);
         }
@@ -260,7 +261,6 @@ impl<'a> Reader<'a> {
 
     /// A string: borrowed from the text where it holds no escape.
     fn string(&mut self) -> Result<Cow<'a, str>, Unsure> {
-        let bytes = self.bytes;
         self.expect(b'"')?;
         let mut out: Option<String> = None;
         loop {
@@ -271,8 +271,8 @@ impl<'a> Reader<'a> {
                 }
                 self.at += 1;
             }
-            // The text is UTF-8 and the run stops only at ASCII bytes: a whole slice.
-            let run = std::str::from_utf8(&bytes[start..self.at]).map_err(|_| Unsure)?;
+            // A run stops only at ASCII bytes, so it ends on a character's boundary.
+            let run = &self.text[start..self.at];
             match self.peek().ok_or(Unsure)? {
                 b'"' => {
                     self.at += 1;
@@ -285,8 +285,6 @@ impl<'a> Reader<'a> {
                     });
                 }
                 b'\\' => {
-                    let text = out.get_or_insert_with(String::new);
-                    text.push_str(run);
                     self.at += 1;
                     let escaped = self.peek().ok_or(Unsure)?;
                     self.at += 1;
@@ -302,7 +300,9 @@ impl<'a> Reader<'a> {
                         b'u' => self.escaped_char()?,
                         _ => return Err(Unsure),
                     };
-                    out.get_or_insert_with(String::new).push(ch);
+                    let text = out.get_or_insert_with(String::new);
+                    text.push_str(run);
+                    text.push(ch);
                 }
                 _ => return Err(Unsure), // a raw control character
             }
@@ -339,10 +339,10 @@ impl<'a> Reader<'a> {
             self.at += 1;
         }
         let integer = self.digits();
-        if integer.is_empty() || (integer.len() > 1 && integer[0] == b'0') {
+        if integer.is_empty() || (integer.len() > 1 && integer.starts_with('0')) {
             return Err(Unsure);
         }
-        let mut fraction: &[u8] = &[];
+        let mut fraction = "";
         if self.peek() == Some(b'.') {
             self.at += 1;
             fraction = self.digits();
@@ -355,33 +355,20 @@ impl<'a> Reader<'a> {
         }
         let sign = if negative { "-" } else { "" };
         if fraction.is_empty() {
-            let text = std::str::from_utf8(&self.bytes[start..self.at]).map_err(|_| Unsure)?;
+            let text = &self.text[start..self.at];
             if text.parse::<i64>().is_ok() {
-                let text = if text == "-0" {
-                    "0".to_string()
-                } else {
-                    text.to_string()
-                };
-                return Ok(Value::Number(text));
+                let text = if text == "-0" { "0" } else { text };
+                return Ok(Value::Number(text.to_string()));
             }
         }
         // BigDecimal's precision: the digits of the unscaled value, leading zeros aside.
-        let digits: Vec<u8> = integer.iter().chain(fraction).copied().collect();
-        let significant = digits.iter().skip_while(|&&d| d == b'0').count().max(1);
+        let digits = integer.bytes().chain(fraction.bytes());
+        let significant = digits.skip_while(|&d| d == b'0').count().max(1);
         if significant > MAX_DECIMAL_DIGITS || fraction.len() > MAX_DECIMAL_DIGITS {
             return Err(Unsure);
         }
-        let fraction = {
-            let kept = fraction
-                .iter()
-                .rposition(|&d| d != b'0')
-                .map_or(0, |last| last + 1);
-            &fraction[..kept]
-        };
-        let integer = std::str::from_utf8(integer).map_err(|_| Unsure)?;
-        let fraction = std::str::from_utf8(fraction).map_err(|_| Unsure)?;
-        let zero = integer == "0" && fraction.is_empty();
-        let text = match (zero, fraction.is_empty()) {
+        let fraction = fraction.trim_end_matches('0');
+        let text = match (integer == "0" && fraction.is_empty(), fraction.is_empty()) {
             (true, _) => "0".to_string(),
             (false, true) => format!("{sign}{integer}"),
             (false, false) => format!("{sign}{integer}.{fraction}"),
@@ -389,13 +376,12 @@ impl<'a> Reader<'a> {
         Ok(Value::Number(text))
     }
 
-    fn digits(&mut self) -> &'a [u8] {
-        let bytes = self.bytes;
+    fn digits(&mut self) -> &'a str {
         let start = self.at;
         while matches!(self.peek(), Some(b'0'..=b'9')) {
             self.at += 1;
         }
-        &bytes[start..self.at]
+        &self.text[start..self.at]
     }
 }
 
