@@ -7,9 +7,10 @@ one event per line:
 - `payload`: a JSON object;
 - `op`: `upsert` (the default) or `delete`.
 
-Spark's executors read the lines; the project's native library reads each line that is
-an event as Spark reads it, to the byte (`native_events`), and Spark parses and validates
-every other (`_by_spark`). A rejected line is named by file, line and field, and nothing
+Spark's executors read the file: the project's native library splits, numbers and
+hashes it as Spark's text source would, and reads each line that is an event as Spark
+reads it, to the byte (`native_events`); Spark parses and validates every other line
+(`_by_spark`). A rejected line is named by file, line and field, and nothing
 of the batch is staged. Each field has its JSON type: a
 number where text is due, or a payload that is not an object, is refused, never coerced.
 A line that names one field twice is refused as well.
@@ -40,16 +41,15 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from assets.source_files import (
-    LINE_FACTS,
     SourceDataError,
-    checked_facts,
     empty_files,
+    first_problems,
     instant,
     json_problem,
-    read_lines,
     wrong_kind_of,
 )
-from assets.warehouse.native_events import ADDED_COLUMNS, READ, read_events
+from assets.warehouse import native_events
+from assets.warehouse.native_events import READ
 from resources.landing import FileStat, Fingerprint, LandingZone
 
 EVENTS_FOLDER = "events"
@@ -68,7 +68,9 @@ EVENT_COLUMNS = (
     "key_derived",
     "content_digest",
 )
-"""What a staged event holds (plus `source_file` and `source_line`)."""
+"""What a staged event holds (plus `WHERE`)."""
+WHERE = ("source_file", "source_line")
+"""Where a line comes from."""
 UTC_MICROS = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
 
 
@@ -167,17 +169,17 @@ def _problem(record: Column) -> Column:
 
 def _by_spark(lines: DataFrame, batch_id: str) -> DataFrame:
     """The lines the native library left (all but events it reads as Spark does), read
-    by Spark: each line's `LINE_FACTS`, `problem` (null on an event) and `EVENT_COLUMNS`.
+    by Spark: each line's `WHERE`, `problem` (null on an event) and `EVENT_COLUMNS`.
     Times are compared in UTC whatever the session's zone: `UTC_MICROS` formats in the
     session zone, so the session must run in UTC (ours do)."""
     rec = F.col("record")
     return (
         lines.withColumn("record", F.expr("try_parse_json(text)"))
         .withColumn("fields", F.try_variant_get(rec, "$", TOP_LEVEL))
-        .select(*LINE_FACTS, "read_problem", "text", "record", *_fields(F.col("fields")))
+        .select(*WHERE, "read_problem", "text", "record", *_fields(F.col("fields")))
         .withColumns({f"{f}_at": instant(F.col(f"{f}_text")) for f in INSTANTS})
         .select(
-            *LINE_FACTS,
+            *WHERE,
             _problem(rec).alias("problem"),
             F.col("event_id_text").alias("given_id"),
             F.col("user_id_text").alias("user_id"),
@@ -187,7 +189,7 @@ def _by_spark(lines: DataFrame, batch_id: str) -> DataFrame:
             F.coalesce(F.col("op_text"), F.lit("upsert")).alias("op"),
         )
         .select(
-            *LINE_FACTS,
+            *WHERE,
             "problem",
             F.coalesce(
                 "given_id",
@@ -229,24 +231,29 @@ def parse_batch(
     found (up to a limit). The frame is checkpointed: later jobs never read the file
     again.
 
-    The native library reads the lines that are events (`native_events`), in one pass
-    over them kept as a local checkpoint; Spark reads the others (`_by_spark`), kept as
-    a second, small, checkpoint. Both are then read by the facts and the staging."""
+    The native library splits and numbers the lines and reads those that are events
+    (`native_events`), in one pass kept as a local checkpoint; Spark reads the others, if
+    any (`_by_spark`), kept as a second, small, checkpoint, and names their problems.
+    The staging then reads both."""
     problems = empty_files(files)
     if problems:
         raise SourceDataError("events", problems)
-    lines = read_lines(spark, landing, files)
-    schema = ", ".join(f"{field.name} {field.dataType.simpleString()}" for field in lines.schema)
-    read = lines.mapInArrow(read_events, f"{schema}, {ADDED_COLUMNS}").localCheckpoint()
-    natively = read.where(F.col(READ)).select(
-        *LINE_FACTS,
-        F.lit(None).cast("string").alias("problem"),
+    read = native_events.read_files(spark, landing, files)
+    natively = read.lines.where(F.col(READ)).select(
         *(F.lit(batch_id).alias(c) if c == "batch_id" else F.col(c) for c in EVENT_COLUMNS),
+        *WHERE,
     )
-    by_spark = _by_spark(read.where(~F.col(READ)), batch_id).localCheckpoint()
-    typed = natively.unionByName(by_spark)
-    facts = checked_facts("events", typed, F.col("problem"), files)
-    events = typed.where(F.col("source_line").isNotNull()).select(
-        *EVENT_COLUMNS, "source_file", "source_line"
-    )
-    return ParsedBatch(events, facts.fingerprints, facts.lines)
+    if not read.left and not read.without_lines:
+        return ParsedBatch(natively, read.fingerprints, read.lines_read)
+    left = read.lines.where(~F.col(READ)).select(*WHERE, "text", "read_problem")
+    if read.without_lines:
+        # A file without a non-blank line is named by a row of its own.
+        left = left.unionByName(
+            spark.createDataFrame(
+                [(path, None, None, None) for path in read.without_lines], left.schema
+            )
+        )
+    by_spark = _by_spark(left, batch_id).localCheckpoint()
+    first_problems("events", by_spark, F.col("problem"))
+    events = natively.unionByName(by_spark.select(*EVENT_COLUMNS, *WHERE))
+    return ParsedBatch(events, read.fingerprints, read.lines_read)

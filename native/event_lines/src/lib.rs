@@ -10,6 +10,7 @@
 mod event;
 mod instant;
 mod json;
+mod lines;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
@@ -148,8 +149,36 @@ fn read_events(
     ))
 }
 
+/// Splits whole lines of a file (`lines::split`) and returns how many there are, blank
+/// ones included, and for each non-blank line: its number (32-bit, from 1), whether it
+/// is valid UTF-8 (one byte), and its text without its ending as an Arrow column's
+/// 32-bit offsets and bytes: what `read_events` takes.
+#[pyfunction]
+fn split_lines(py: Python<'_>, data: PyBuffer<u8>) -> PyResult<(usize, Column, Column)> {
+    let lines = lines::split(bytes_of(&data)?).map_err(PyValueError::new_err)?;
+    let le_bytes = |values: &[i32]| -> Vec<u8> {
+        values
+            .iter()
+            .flat_map(|value| value.to_le_bytes())
+            .collect()
+    };
+    let valid: Vec<u8> = lines.valid.iter().map(|&valid| u8::from(valid)).collect();
+    Ok((
+        lines.count,
+        (
+            PyBytes::new(py, &le_bytes(&lines.numbers)).unbind(),
+            PyBytes::new(py, &valid).unbind(),
+        ),
+        (
+            PyBytes::new(py, &le_bytes(&lines.offsets)).unbind(),
+            PyBytes::new(py, &lines.bytes).unbind(),
+        ),
+    ))
+}
+
 #[pymodule]
 fn event_lines(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(read_events, module)?)?;
+    module.add_function(wrap_pyfunction!(split_lines, module)?)?;
     Ok(())
 }

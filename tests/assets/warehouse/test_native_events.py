@@ -1,15 +1,21 @@
 """The native library (`native_events`) reads an event line as Spark reads it, to the
 byte, or leaves the line to Spark: checked line by line against Spark's own reading
-(`events_source._by_spark`), on hand-picked lines and on generated ones."""
+(`events_source._by_spark`), on hand-picked lines and on generated ones. It splits,
+numbers and hashes a file as `read_lines` (Spark's text source) does, wherever the file
+is cut into pieces, and refuses a file that changed or went while it was read."""
 
 import datetime as dt
+import hashlib
 import json
 import random
 
 import pytest
+from pyspark.sql import functions as F
 
-from assets.warehouse.events_source import EVENT_COLUMNS, _by_spark
-from assets.warehouse.native_events import ADDED_COLUMNS, READ, read_events
+from assets.source_files import SourceDataError, checked_facts, read_lines
+from assets.warehouse import native_events
+from assets.warehouse.events_source import EVENT_COLUMNS, _by_spark, parse_batch
+from assets.warehouse.native_events import READ, read_files
 
 BATCH = "b1"
 
@@ -87,28 +93,26 @@ LEFT_TO_SPARK = [
 ]
 
 
-def readings(spark, lines: list[str]) -> list[tuple[dict, dict]]:
-    """Each line's reading by the library and by Spark."""
-    at = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
-    rows = [("events/b1.jsonl", n + 1, text, None, 1, at, "0" * 64) for n, text in enumerate(lines)]
-    frame = spark.session().createDataFrame(
-        rows,
-        "source_file string, source_line int, text string, read_problem string, "
-        "source_size long, source_mtime timestamp, source_sha256 string",
-    )
-    schema = ", ".join(f"{field.name} {field.dataType.simpleString()}" for field in frame.schema)
-    natively = frame.mapInArrow(read_events, f"{schema}, {ADDED_COLUMNS}").orderBy("source_line")
-    by_spark = _by_spark(frame, BATCH).orderBy("source_line")
+def readings(spark, landing, lines: list[str]) -> list[tuple[dict, dict]]:
+    """Each line's reading by the library and by Spark, from one file of the lines."""
+    path = "events/b1.jsonl"
+    landing.absolute("events").mkdir(exist_ok=True)
+    landing.absolute(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    stat = landing.stat(path)
+    natively = read_files(spark.session(), landing, [stat]).lines.orderBy("source_line")
+    by_spark = _by_spark(read_lines(spark.session(), landing, [stat]), BATCH)
     return [
         (native.asDict(), spark_row.asDict())
-        for native, spark_row in zip(natively.collect(), by_spark.collect(), strict=True)
+        for native, spark_row in zip(
+            natively.collect(), by_spark.orderBy("source_line").collect(), strict=True
+        )
     ]
 
 
-def compare(spark, lines: list[str]) -> list[int]:
+def compare(spark, landing, lines: list[str]) -> list[int]:
     """The lines left to Spark; each line read natively is checked against Spark's."""
     left = []
-    for n, (native, by_spark) in enumerate(readings(spark, lines)):
+    for n, (native, by_spark) in enumerate(readings(spark, landing, lines)):
         if not native[READ]:
             assert native["text"] == lines[n]
             assert all(native[column] is None for column in EVENT_COLUMNS if column != "batch_id")
@@ -122,12 +126,12 @@ def compare(spark, lines: list[str]) -> list[int]:
     return left
 
 
-def test_the_library_reads_events_as_spark_does(spark):
-    assert compare(spark, READ_HERE) == []
+def test_the_library_reads_events_as_spark_does(spark, landing):
+    assert compare(spark, landing, READ_HERE) == []
 
 
-def test_what_the_library_cannot_reproduce_or_refuses_is_left_to_spark(spark):
-    assert compare(spark, LEFT_TO_SPARK) == list(range(len(LEFT_TO_SPARK)))
+def test_what_the_library_cannot_reproduce_or_refuses_is_left_to_spark(spark, landing):
+    assert compare(spark, landing, LEFT_TO_SPARK) == list(range(len(LEFT_TO_SPARK)))
 
 
 CHARACTERS = ['"', "\\", "/", "\x00", "\x1f", "\x7f", "\t", " ", "é", "😀", "\uffff", "\ue000", "a"]
@@ -172,7 +176,7 @@ def instant(rng: random.Random) -> str:
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_generated_events_read_natively_are_read_as_spark_reads_them(spark, seed):
+def test_generated_events_read_natively_are_read_as_spark_reads_them(spark, landing, seed):
     rng = random.Random(seed)
     lines = []
     for _ in range(1500):
@@ -195,7 +199,97 @@ def test_generated_events_read_natively_are_read_as_spark_reads_them(spark, seed
         if rng.random() < 0.3:
             fields["op"] = rng.choice(["upsert", "delete"])
         lines.append(spelled(dict(rng.sample(list(fields.items()), len(fields)))))
-    left = compare(spark, lines)
+    left = compare(spark, landing, lines)
     # A generated line is left when its payload is not an object (a tenth of them) or
     # names a key twice; the rest, over 1,200 events, are held to Spark's reading.
     assert len(left) < 0.2 * len(lines), [lines[n] for n in left[:3]]
+
+
+LINES_FILE = b"\xef\xbb\xbf" + b"\n".join(
+    [
+        line(event_id="bom").encode(),
+        line(event_id="crlf").encode() + b"\r",
+        b" \t\x0b\x0c\r",  # blank, its "\r" ending included
+        b"",
+        b"lone\rcarriage return",
+        line(event_id="caf?").encode().replace(b"?", b"\xe9"),  # not UTF-8
+        "\u00a0".encode(),  # no whitespace of Java's \s: a line Spark names
+    ]
+)
+
+
+def test_pieces_hold_every_line_once_wherever_the_file_is_cut(tmp_path, monkeypatch):
+    monkeypatch.setattr(native_events, "CHUNK_BYTES", 7)
+    path = tmp_path / "f.jsonl"
+    for content in (LINES_FILE, LINES_FILE + b"\n", LINES_FILE + b"\n\n"):
+        path.write_bytes(content)
+        for piece in range(1, len(content) + 1):
+            read = b""
+            for start in range(0, len(content), piece):
+                with path.open("rb") as file:
+                    chunks = list(
+                        native_events._pieces_lines(file, start, min(start + piece, len(content)))
+                    )
+                assert all(bytes(chunk).endswith(b"\n") for chunk in chunks[:-1])
+                read += b"".join(chunks)
+            assert read == content[3:], piece  # the byte-order mark dropped
+
+
+def test_lines_are_numbered_and_hashed_as_read_lines_does(spark, landing, monkeypatch):
+    """Pieces of 1 MiB, cut inside a "\\r\\n", right after a line feed and inside a line;
+    against `read_lines` (Spark's text source): the same lines, numbers, texts, problems
+    and fingerprints."""
+    megabyte = 1 << 20
+    monkeypatch.setattr(native_events, "MIN_PIECE_BYTES", megabyte)
+    monkeypatch.setattr(native_events, "MAX_PIECE_BYTES", megabyte)
+    content = bytearray(LINES_FILE + b"\n")
+    # A line's "\n" on a piece's first byte (its "\r" on the one before), on the last
+    # byte before a piece, and on the second byte of a piece.
+    for piece, beyond in ((1, 1), (2, 0), (3, 2)):
+        ends = piece * megabyte + beyond
+        while len(content) < ends - 1000:
+            content += line(event_id=f"f{len(content)}").encode() + b"\n"
+        content += b'"' + b"x" * (ends - len(content) - 4) + b'"\r\n'
+        assert len(content) == ends
+    content += b"\n\n" + LINES_FILE  # ends without a line feed
+    path = "events/b1.jsonl"
+    landing.absolute("events").mkdir()
+    landing.absolute(path).write_bytes(content)
+    (stat,) = files = [landing.stat(path)]
+    read = read_files(spark.session(), landing, files)
+    by_spark = read_lines(spark.session(), landing, files)
+    columns = ("source_file", "source_line", "text", "read_problem")
+    natively = read.lines.select(*columns, READ).orderBy("source_line").collect()
+    expected = by_spark.select(*columns).orderBy("source_line").collect()
+    assert len(natively) == len(expected) == read.lines_read > 3 * 5000
+    for native, spark_row in zip(natively, expected, strict=True):
+        assert native.source_line == spark_row.source_line
+        assert native.read_problem == spark_row.read_problem
+        if native[READ] or native.read_problem:
+            assert native.text is None
+        else:
+            assert native.text == spark_row.text
+    # Left to Spark: three lines of LINES_FILE that are no events, twice, its line after
+    # the byte-order mark that no longer opens the file, and the three "x" lines.
+    assert read.left == 10
+    assert read.fingerprints == checked_facts("events", by_spark, F.lit(None), files).fingerprints
+    assert read.fingerprints[0].sha256 == hashlib.sha256(content).hexdigest()
+    assert read.fingerprints[0].size == stat.size
+
+
+def test_a_file_changed_gone_or_without_events_is_refused_by_name(spark, landing):
+    path = "events/b1.jsonl"
+    landing.absolute("events").mkdir()
+    landing.absolute(path).write_text(line() + "\n")
+    listed = [landing.stat(path)]
+    with landing.absolute(path).open("a") as file:
+        file.write(line(event_id="late") + "\n")
+    with pytest.raises(SourceDataError, match=r"events/b1.jsonl: changed while it was read"):
+        read_files(spark.session(), landing, listed)
+    listed = [landing.stat(path)]
+    landing.absolute(path).unlink()
+    with pytest.raises(SourceDataError, match=r"events/b1.jsonl: gone since it was listed"):
+        read_files(spark.session(), landing, listed)
+    landing.absolute(path).write_bytes(b" \n\r\n\t\n")
+    with pytest.raises(SourceDataError, match=r"events/b1.jsonl: file holds no event"):
+        parse_batch(spark.session(), landing, "b1", [landing.stat(path)])
