@@ -10,7 +10,7 @@ export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
 
 .PHONY: setup instance demo test test-connect test-slow dev sql bench bench-cluster lint clean cluster spark-connect cluster-down
 
-$(STAMP): pyproject.toml $(NATIVE) $(wildcard native/event_lines/src/*.rs)
+$(STAMP): pyproject.toml $(NATIVE) $(wildcard native/event_lines/src/*.rs native/event_lines/python/event_lines/*.py)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "Python 3.11+ is needed (found $$($(PYTHON) --version)); set PYTHON=python3.11"; exit 1; }
 	@# The installers' output goes to a log, shown only when it fails.

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from event_lines.pieces import READ
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -49,7 +50,6 @@ from assets.source_files import (
     wrong_kind_of,
 )
 from assets.warehouse import native_events
-from assets.warehouse.native_events import READ
 from resources.landing import FileStat, Fingerprint, LandingZone
 
 EVENTS_FOLDER = "events"

@@ -1,4 +1,5 @@
-//! Event lines read for Spark's Python workers (`mapInArrow`): what
+//! Event batch files split into lines (`split_lines`), and event lines read
+//! (`read_events`), for Spark's Python workers (`event_lines.pieces`): what
 //! `assets/warehouse/events_source.py` otherwise asks of Spark for each line (parse it as
 //! a VARIANT, look up, type and check its fields, read its instants, write its payload
 //! back as JSON, derive its key and digest), for the lines that are events and that it
@@ -177,7 +178,7 @@ fn split_lines(py: Python<'_>, data: PyBuffer<u8>) -> PyResult<(usize, Column, C
 }
 
 #[pymodule]
-fn event_lines(module: &Bound<'_, PyModule>) -> PyResult<()> {
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(read_events, module)?)?;
     module.add_function(wrap_pyfunction!(split_lines, module)?)?;
     Ok(())

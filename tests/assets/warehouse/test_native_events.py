@@ -10,12 +10,14 @@ import json
 import random
 
 import pytest
+from event_lines import pieces
+from event_lines.pieces import READ
 from pyspark.sql import functions as F
 
 from assets.source_files import SourceDataError, checked_facts, read_lines
 from assets.warehouse import native_events
 from assets.warehouse.events_source import EVENT_COLUMNS, _by_spark, parse_batch
-from assets.warehouse.native_events import READ, read_files
+from assets.warehouse.native_events import read_files
 
 BATCH = "b1"
 
@@ -219,7 +221,7 @@ LINES_FILE = b"\xef\xbb\xbf" + b"\n".join(
 
 
 def test_pieces_hold_every_line_once_wherever_the_file_is_cut(tmp_path, monkeypatch):
-    monkeypatch.setattr(native_events, "CHUNK_BYTES", 7)
+    monkeypatch.setattr(pieces, "CHUNK_BYTES", 7)
     path = tmp_path / "f.jsonl"
     for content in (LINES_FILE, LINES_FILE + b"\n", LINES_FILE + b"\n\n"):
         path.write_bytes(content)
@@ -228,7 +230,7 @@ def test_pieces_hold_every_line_once_wherever_the_file_is_cut(tmp_path, monkeypa
             for start in range(0, len(content), piece):
                 with path.open("rb") as file:
                     chunks = list(
-                        native_events._pieces_lines(file, start, min(start + piece, len(content)))
+                        pieces._pieces_lines(file, start, min(start + piece, len(content)))
                     )
                 assert all(bytes(chunk).endswith(b"\n") for chunk in chunks[:-1])
                 read += b"".join(chunks)

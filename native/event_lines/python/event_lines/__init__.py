@@ -1,0 +1,2 @@
+"""Event batch files read for Spark's Python workers (`pieces`), by a Rust library
+(`_native`) that splits their lines and reads each event line as Spark reads it."""
