@@ -29,7 +29,6 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import pyarrow as pa
 from event_lines import pieces
 from event_lines.pieces import GONE, Task
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -38,16 +37,6 @@ from pyspark.sql import functions as F
 from assets.source_files import Problem, SourceDataError
 from resources.landing import FileStat, Fingerprint, LandingZone
 
-_SPARK_TYPES = {
-    pa.int32(): "int",
-    pa.int64(): "long",
-    pa.string(): "string",
-    pa.bool_(): "boolean",
-    pieces.UTC_MICROS: "timestamp",
-    pa.date32(): "date",
-}
-_DDL = ", ".join(f"{field.name} {_SPARK_TYPES[field.type]}" for field in pieces.SCHEMA)
-"""What the tasks hand Spark (`pieces.SCHEMA`)."""
 MIN_PIECE_BYTES, MAX_PIECE_BYTES = 4 << 20, 128 << 20
 """A piece's bounds, as Spark's file sources bound a split (`maxPartitionBytes`)."""
 
@@ -80,15 +69,13 @@ def read_files(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
     )
     file_of: list[int] = []
     tasks: list[Task] = []
-    for hashes in (True, False):  # the hashes first: each reads a whole file
-        for number, stat in enumerate(listed):
-            path = str(landing.absolute(stat.path))
-            for start in [0] if hashes else range(0, stat.size, piece):
-                file_of.append(number)
-                tasks.append(Task(path, start, min(start + piece, stat.size), hashes))
+    for number, stat in enumerate(listed):
+        of_file = pieces.tasks_of(str(landing.absolute(stat.path)), stat.size, piece)
+        file_of += [number] * len(of_file)
+        tasks += of_file
     read = (
         spark.range(0, len(tasks), 1, len(tasks))
-        .mapInArrow(functools.partial(pieces.run_tasks, tuple(tasks)), _DDL)
+        .mapInArrow(functools.partial(pieces.run_tasks, tuple(tasks)), pieces.SPARK_SCHEMA)
         .localCheckpoint()
     )
     found = {

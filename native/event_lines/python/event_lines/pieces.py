@@ -58,6 +58,16 @@ included), non-blank lines and lines left to Spark (not read as events), or a fi
 hash; the size and mtime (milliseconds) of the file it opened, or a size of `GONE` when
 it was gone."""
 SCHEMA = pa.unify_schemas([LINE, FOUND])
+_SPARK_TYPES = {
+    pa.int32(): "int",
+    pa.int64(): "long",
+    pa.string(): "string",
+    pa.bool_(): "boolean",
+    UTC_MICROS: "timestamp",
+    pa.date32(): "date",
+}
+SPARK_SCHEMA = ", ".join(f"{field.name} {_SPARK_TYPES[field.type]}" for field in SCHEMA)
+"""`SCHEMA` as the DDL `mapInArrow` is given."""
 GONE = -1
 _BOM = b"\xef\xbb\xbf"
 CHUNK_BYTES = 8 << 20
@@ -72,6 +82,14 @@ class Task(NamedTuple):
     start: int
     end: int
     hashes: bool
+
+
+def tasks_of(path: str, size: int, piece: int) -> list[Task]:
+    """The tasks that read a file of `size` bytes in pieces of `piece` bytes, and hash it:
+    the hash first, as it reads the whole file."""
+    return [Task(path, 0, size, True)] + [
+        Task(path, start, min(start + piece, size), False) for start in range(0, size, piece)
+    ]
 
 
 def run_tasks(tasks: Sequence[Task], batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
