@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from event_lines import pieces
-from event_lines.pieces import GONE, Task
+from event_lines.pieces import Task
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -86,8 +86,9 @@ def read_files(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
     without_lines, lines_read, left = [], 0, 0
     for number, stat in enumerate(listed):
         mine = [task for task in range(len(tasks)) if file_of[task] == number]
-        if any(found[task].size == GONE for task in mine):
-            problems.append(Problem(stat.path, None, "gone since it was listed"))
+        failed = [found[task].problem for task in mine if found[task].problem]
+        if failed:
+            problems.append(Problem(stat.path, None, failed[0]))
             continue
         after = landing.stat(stat.path)
         seen: set[tuple[int, int] | None] = {

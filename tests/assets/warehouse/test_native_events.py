@@ -279,7 +279,7 @@ def test_lines_are_numbered_and_hashed_as_read_lines_does(spark, landing, monkey
     assert read.fingerprints[0].size == stat.size
 
 
-def test_a_file_changed_gone_or_without_events_is_refused_by_name(spark, landing):
+def test_a_file_changed_gone_unreadable_or_without_events_is_refused_by_name(spark, landing):
     path = "events/b1.jsonl"
     landing.absolute("events").mkdir()
     landing.absolute(path).write_text(line() + "\n")
@@ -292,6 +292,10 @@ def test_a_file_changed_gone_or_without_events_is_refused_by_name(spark, landing
     landing.absolute(path).unlink()
     with pytest.raises(SourceDataError, match=r"events/b1.jsonl: gone since it was listed"):
         read_files(spark.session(), landing, listed)
+    landing.absolute(path).mkdir()  # listed as a file, found a folder
+    with pytest.raises(SourceDataError, match=r"events/b1.jsonl: cannot be read: Is a directory"):
+        read_files(spark.session(), landing, listed)
+    landing.absolute(path).rmdir()
     landing.absolute(path).write_bytes(b" \n\r\n\t\n")
     with pytest.raises(SourceDataError, match=r"events/b1.jsonl: file holds no event"):
         parse_batch(spark.session(), landing, "b1", [landing.stat(path)])

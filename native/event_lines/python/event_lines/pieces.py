@@ -51,12 +51,13 @@ FOUND = pa.schema(
         ("size", pa.int64()),
         ("mtime_ms", pa.int64()),
         ("sha256", pa.string()),
+        ("problem", pa.string()),
     ]
 )
 """What a task found, on one row whose `line` is null: a piece's lines (blank ones
 included), non-blank lines and lines left to Spark (not read as events), or a file's
-hash; the size and mtime (milliseconds) of the file it opened, or a size of `GONE` when
-it was gone."""
+hash; the size and mtime (milliseconds) of the file it opened, or why it could not open
+it (`problem`)."""
 SCHEMA = pa.unify_schemas([LINE, FOUND])
 _SPARK_TYPES = {
     pa.int32(): "int",
@@ -68,7 +69,6 @@ _SPARK_TYPES = {
 }
 SPARK_SCHEMA = ", ".join(f"{field.name} {_SPARK_TYPES[field.type]}" for field in SCHEMA)
 """`SCHEMA` as the DDL `mapInArrow` is given."""
-GONE = -1
 _BOM = b"\xef\xbb\xbf"
 CHUNK_BYTES = 8 << 20
 """Bytes a task reads at a time: its lines are split and read a chunk at a time."""
@@ -103,7 +103,10 @@ def _run(number: int, task: Task) -> Iterator[pa.RecordBatch]:
     try:
         file = open(task.path, "rb")
     except FileNotFoundError:
-        yield _found(number, size=GONE)
+        yield _found(number, problem="gone since it was listed")
+        return
+    except OSError as error:
+        yield _found(number, problem=f"cannot be read: {error.strerror}")
         return
     with file:
         stat = os.fstat(file.fileno())
