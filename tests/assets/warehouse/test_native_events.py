@@ -230,7 +230,7 @@ def test_pieces_hold_every_line_once_wherever_the_file_is_cut(tmp_path, monkeypa
             for start in range(0, len(content), piece):
                 with path.open("rb") as file:
                     chunks = list(
-                        pieces._pieces_lines(file, start, min(start + piece, len(content)))
+                        pieces._lines_of_piece(file, start, min(start + piece, len(content)))
                     )
                 assert all(bytes(chunk).endswith(b"\n") for chunk in chunks[:-1])
                 read += b"".join(chunks)

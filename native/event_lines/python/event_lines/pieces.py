@@ -116,7 +116,7 @@ def _run(number: int, task: Task) -> Iterator[pa.RecordBatch]:
             yield _found(number, sha256=sha256, **facts)
             return
         lines = non_blank = left = 0
-        for chunk in _pieces_lines(file, task.start, task.end):
+        for chunk in _lines_of_piece(file, task.start, task.end):
             count, (numbers, valid), (offsets, data) = split_lines(chunk)
             if numbers:
                 batch = _lines(number, lines, numbers, valid, offsets, data)
@@ -126,7 +126,7 @@ def _run(number: int, task: Task) -> Iterator[pa.RecordBatch]:
         yield _found(number, lines=lines, non_blank=non_blank, left=left, **facts)
 
 
-def _pieces_lines(file: BinaryIO, start: int, end: int) -> Iterator[bytes | memoryview]:
+def _lines_of_piece(file: BinaryIO, start: int, end: int) -> Iterator[bytes | memoryview]:
     """The bytes of the lines that start at `start` to `end - 1`, a chunk of whole lines
     at a time: the line under way at `start` is the piece before's, and the last one runs
     on past `end` to its line feed. A byte-order mark opening the file is dropped (as
@@ -173,8 +173,8 @@ def _without_bom(chunk: bytes | memoryview, at: int) -> bytes | memoryview:
 def _lines(
     number: int, before: int, numbers: bytes, valid: bytes, offsets: bytes, data: bytes
 ) -> pa.RecordBatch:
-    """A chunk's non-blank lines (`split_lines`), each read as an event by
-    the library or left to Spark with its text."""
+    """A chunk's non-blank lines (`split_lines`), each read as an event by the library or
+    left to Spark with its text, numbered on from the `before` lines of the piece."""
     rows = len(numbers) // 4
     read, texts, instants, flags = read_events(rows, valid, offsets, data)
     read_mask = np.frombuffer(read, np.uint8).astype(bool)
