@@ -12,7 +12,6 @@ work of a fresh Spark. Its data is made up: it warms code paths, never any table
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import tempfile
@@ -92,12 +91,7 @@ def _read_events(session: SparkSession, path: Path) -> None:
             for i in range(LINES)
         )
     )
-    tasks = tuple(pieces.tasks_of(str(path), path.stat().st_size, path.stat().st_size))
-    read = (
-        session.range(0, len(tasks), 1, len(tasks))
-        .mapInArrow(functools.partial(pieces.run_tasks, tasks), pieces.SPARK_SCHEMA)
-        .localCheckpoint()
-    )
+    read = pieces.read(session, pieces.tasks_of(str(path), path.stat().st_size, 4 << 20))
     newest = Window.partitionBy("event_id").orderBy(F.col("ingestion_time").desc())
     read.where(F.col("line").isNotNull()).withColumn("rank", F.row_number().over(newest)).where(
         F.col("rank") == 1

@@ -10,10 +10,10 @@ one event per line:
 Spark's executors read the file: the project's native library splits, numbers and
 hashes it as Spark's text source would, and reads each line that is an event as Spark
 reads it, to the byte (`native_events`); Spark parses and validates every other line
-(`_by_spark`). A rejected line is named by file, line and field, and nothing
-of the batch is staged. Each field has its JSON type: a
-number where text is due, or a payload that is not an object, is refused, never coerced.
-A line that names one field twice is refused as well.
+(`_by_spark`). A rejected line is named by file, line and field, and nothing of the
+batch is staged. Each field has its JSON type: a number where text is due, or a payload
+that is not an object, is refused, never coerced. A line that names one field twice is
+refused as well.
 
 Canonical payload: the payload parsed as a Spark VARIANT and written back as JSON. That
 form is compact, orders every object's keys (at every depth) and writes each number in one

@@ -25,7 +25,6 @@ while it was read (nothing of it is staged), so the hash is that of the lines re
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -67,54 +66,49 @@ def read_files(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
     piece = min(
         MAX_PIECE_BYTES, max(MIN_PIECE_BYTES, -(-sum(s.size for s in listed) // parallelism))
     )
-    file_of: list[int] = []
     tasks: list[Task] = []
-    for number, stat in enumerate(listed):
+    tasks_of_file: list[range] = []
+    for stat in listed:
         of_file = pieces.tasks_of(str(landing.absolute(stat.path)), stat.size, piece)
-        file_of += [number] * len(of_file)
+        tasks_of_file.append(range(len(tasks), len(tasks) + len(of_file)))
         tasks += of_file
-    read = (
-        spark.range(0, len(tasks), 1, len(tasks))
-        .mapInArrow(functools.partial(pieces.run_tasks, tuple(tasks)), pieces.SPARK_SCHEMA)
-        .localCheckpoint()
-    )
+    read = pieces.read(spark, tasks)
     found = {
         row.task: row
         for row in read.where(F.col("line").isNull()).select("task", *pieces.FOUND.names).collect()
     }
     problems, fingerprints, lines_before = [], [], [0] * len(tasks)
     without_lines, lines_read, left = [], 0, 0
-    for number, stat in enumerate(listed):
-        mine = [task for task in range(len(tasks)) if file_of[task] == number]
+    for stat, mine in zip(listed, tasks_of_file, strict=True):
         failed = [found[task].problem for task in mine if found[task].problem]
         if failed:
             problems.append(Problem(stat.path, None, failed[0]))
             continue
-        after = landing.stat(stat.path)
         seen: set[tuple[int, int] | None] = {
             (found[task].size, found[task].mtime_ms) for task in mine
         }
-        seen |= {_listing(stat), _listing(after)}
-        if len(seen) > 1:
+        if seen | {_listing(landing.stat(stat.path))} != {_listing(stat)}:
             problems.append(Problem(stat.path, None, "changed while it was read"))
             continue
+        (hashed,) = (found[task] for task in mine if tasks[task].hashes)
+        read_pieces = [task for task in mine if not tasks[task].hashes]
         before = 0
-        for task in mine:
-            if not tasks[task].hashes:
-                lines_before[task] = before
-                before += found[task].lines
-        non_blank = sum(found[task].non_blank for task in mine if not tasks[task].hashes)
+        for task in read_pieces:
+            lines_before[task], before = before, before + found[task].lines
+        non_blank = sum(found[task].non_blank for task in read_pieces)
         if not non_blank:
             without_lines.append(stat.path)
         lines_read += non_blank
-        left += sum(found[task].left for task in mine if not tasks[task].hashes)
-        (sha256,) = (found[task].sha256 for task in mine if tasks[task].hashes)
+        left += sum(found[task].left for task in read_pieces)
         mtime_ns = stat.mtime_ns // 10**6 * 10**6
-        fingerprints.append(Fingerprint(stat.path, stat.size, mtime_ns, sha256))
+        fingerprints.append(Fingerprint(stat.path, stat.size, mtime_ns, hashed.sha256))
     if problems:
         raise SourceDataError("landed", problems)
     lines = read.where(F.col("line").isNotNull()).select(
-        _of_task([listed[number].path for number in file_of], "string").alias("source_file"),
+        _of_task(
+            [stat.path for stat, mine in zip(listed, tasks_of_file, strict=True) for _ in mine],
+            "string",
+        ).alias("source_file"),
         (_of_task(lines_before, "long") + F.col("line")).cast("int").alias("source_line"),
         *pieces.LINE.names[2:],
     )

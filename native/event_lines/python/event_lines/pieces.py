@@ -11,10 +11,11 @@ first task, where the project's packages would import dagster (over a second).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from typing import BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -90,6 +91,17 @@ def tasks_of(path: str, size: int, piece: int) -> list[Task]:
     return [Task(path, 0, size, True)] + [
         Task(path, start, min(start + piece, size), False) for start in range(0, size, piece)
     ]
+
+
+def read(session: Any, tasks: Sequence[Task]) -> Any:
+    """The lines and facts of `tasks`, each task run in a Spark task of its own by
+    `run_tasks`, kept as read (a local checkpoint): a DataFrame of `SPARK_SCHEMA` of the
+    Spark `session` (classic or Connect; pyspark is not imported here)."""
+    return (
+        session.range(0, len(tasks), 1, len(tasks))
+        .mapInArrow(functools.partial(run_tasks, tuple(tasks)), SPARK_SCHEMA)
+        .localCheckpoint()
+    )
 
 
 def run_tasks(tasks: Sequence[Task], batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
