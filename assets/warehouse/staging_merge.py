@@ -48,10 +48,8 @@ from resources.lakehouse import (
     AppTransaction,
     CommitResult,
     StaleWriteError,
-    WhenMatchedUpdate,
-    WhenNotMatchedInsert,
 )
-from resources.lakehouse.predicates import SortsAfter, from_source, is_in, matches
+from resources.lakehouse.predicates import is_in
 
 USER_EVENTS = key_index.USER_EVENTS
 PUBLISH = "publish"
@@ -128,7 +126,6 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
         metadata=metadata,
         table_properties=TABLE_PROPERTIES,
     )
-    every_column = from_source(TABLE_COLUMNS)
     source = staged.select(*TABLE_COLUMNS)
     repair = OneRowPerKey(lakehouse, metadata)
 
@@ -136,14 +133,13 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
         seen = key_index.described_version(lakehouse, metadata, repair=repair)
         days = tuple(sorted(batch_days | key_index.days_holding(lakehouse, pairs["key_hash"])))
         in_window, total = lakehouse.partition_files(USER_EVENTS, where=is_in("event_date", days))
-        result = lakehouse.merge(
+        result = lakehouse.upsert_newest(
             USER_EVENTS,
             source,
-            on=is_in("t.event_date", days) & matches("event_id"),
-            clauses=[
-                WhenMatchedUpdate(condition=SortsAfter(VERSION_ORDER), set=every_column),
-                WhenNotMatchedInsert(values=every_column),
-            ],
+            key="event_id",
+            order=VERSION_ORDER,
+            partition_column="event_date",
+            partitions=days,
             metadata=metadata,
             app_transaction=AppTransaction(PUBLISH, seen + 1),
         )

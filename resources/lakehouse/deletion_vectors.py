@@ -1,4 +1,5 @@
-"""Rows that deletion vectors mark deleted, per data file, read from a table's log.
+"""Deletion vectors: what the log says each data file has lost, and the vectors
+themselves, read and written in Delta's format.
 
 A count from the log is each file's `numRecords` less the cardinality of the deletion
 vector on it. delta-rs lists a snapshot's files with their counts (`get_add_actions`)
@@ -9,28 +10,70 @@ vectors). So the descriptors are read where the protocol keeps them: the newest 
 of each file, in the snapshot's checkpoint and the commits after it. A file whose rows
 are deleted again is added again, with its new vector, in the commit that does it.
 
+delta-rs reads vectors but cannot write them, so `VectorFile` writes them as Delta Spark
+does (PROTOCOL.md, "Deletion Vector Format"): a file `deletion_vector_<uuid>.bin` in the
+table's folder that opens with the format's version byte and holds, per vector, its
+size, the bitmap (the magic number, then a 64-bit "portable" Roaring bitmap: the count
+of 32-bit bitmaps, then each one's high word and its portable serialization, which
+pyroaring writes) and a CRC-32 of it.
+
 Local tables only, with classic (single- or multi-part) checkpoints; anything else gives
-None, and the caller counts by a query.
+None, and the caller counts by a query (or, for a write, takes another way).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
+import struct
+import uuid
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
+import numpy as np
 import pyarrow.parquet as pq
+from pyroaring import BitMap
 
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet$")
 _ANY_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.")
+
+
+@dataclass(frozen=True)
+class Added:
+    """What the newest `add` of a data file says beyond delta-rs's listing of it."""
+
+    vector: dict[str, Any] | None
+    """Its deletion vector's descriptor, as the log holds it; None without one."""
+    stats: str | None
+    """Its statistics, as the log holds them (JSON)."""
+
+    @property
+    def deleted(self) -> int:
+        return int((self.vector or {}).get("cardinality") or 0)
 
 
 def deleted_rows(table_uri: str, version: int) -> dict[str, int] | None:
     """Per data file path (as in the log, percent-decoded) of `table_uri` at `version`,
     the rows its deletion vector deletes; files without a vector are left out. None when
     the log cannot be read here (an object store, a V2 checkpoint, commits gone)."""
+    added = newest_adds(table_uri, version, with_stats=False)
+    if added is None:
+        return None
+    return {path: add.deleted for path, add in added.items() if add.deleted}
+
+
+def newest_adds(
+    table_uri: str, version: int, *, with_stats: bool = True
+) -> dict[str, Added] | None:
+    """Per data file path (percent-decoded) of `table_uri` at `version`, its newest `add`
+    (files removed since are among them: ask for the paths of the snapshot's files).
+    None when the log cannot be read here (see `deleted_rows`)."""
     log = _local_log(table_uri)
     if log is None:
         return None
@@ -39,15 +82,15 @@ def deleted_rows(table_uri: str, version: int) -> dict[str, int] | None:
     if checkpoint is None:
         return None
     since, parts = checkpoint
-    newest: dict[str, int] = {}
+    newest: dict[str, Added] = {}
     for part in parts:
-        _read_checkpoint(log / part, newest)
+        _read_checkpoint(log / part, newest, with_stats)
     for at in range(since + 1, version + 1):
         name = f"{at:020d}.json"
         if name not in names:
             return None
-        _read_commit(log / name, newest)
-    return {path: rows for path, rows in newest.items() if rows}
+        _read_commit(log / name, newest, with_stats)
+    return newest
 
 
 def _local_log(table_uri: str) -> Path | None:
@@ -85,29 +128,125 @@ def _checkpoint_at_most(names: set[str], version: int) -> tuple[int, list[str]] 
     return newest, complete[newest]
 
 
-def _read_checkpoint(part: Path, newest: dict[str, int]) -> None:
+def _read_checkpoint(part: Path, newest: dict[str, Added], with_stats: bool) -> None:
     add = pq.read_schema(part).field("add").type
     names = {add.field(i).name for i in range(add.num_fields)}
-    columns = ["add.path"] + (["add.deletionVector"] if "deletionVector" in names else [])
+    wanted = ["deletionVector"] + (["stats"] if with_stats else [])
+    columns = ["add.path"] + [f"add.{name}" for name in wanted if name in names]
     actions = pq.read_table(part, columns=columns)
     paths = actions.column("path").to_pylist()
-    vectors = (
-        actions.column("deletionVector").to_pylist()
-        if "deletionVector" in actions.column_names
-        else [None] * len(paths)
+    nothing = [None] * len(paths)
+    vectors, stats = (
+        actions.column(name).to_pylist() if name in actions.column_names else nothing
+        for name in ("deletionVector", "stats")
     )
-    for path, vector in zip(paths, vectors, strict=True):
+    for path, vector, stat in zip(paths, vectors, stats, strict=True):
         if path is not None:
-            newest[unquote(path)] = (vector or {}).get("cardinality") or 0
+            newest[unquote(path)] = Added(vector, stat)
 
 
-def _read_commit(commit: Path, newest: dict[str, int]) -> None:
+def _read_commit(commit: Path, newest: dict[str, Added], with_stats: bool) -> None:
     with commit.open(encoding="utf-8") as lines:
         for line in lines:
             if '"add"' not in line:
                 continue
             add = json.loads(line).get("add")
             if add is not None:
-                newest[unquote(add["path"])] = (add.get("deletionVector") or {}).get(
-                    "cardinality"
-                ) or 0
+                newest[unquote(add["path"])] = Added(
+                    add.get("deletionVector"), add.get("stats") if with_stats else None
+                )
+
+
+# -- the vectors themselves -----------------------------------------------------------
+
+MAGIC = 1681511377
+"""Opens every serialized bitmap (little-endian): a 64-bit "portable" Roaring bitmap."""
+FORMAT_VERSION = 1
+"""The first byte of a deletion vector file."""
+_B85 = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~"
+_Z85 = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+# Z85 (which Delta uses for ids and inline vectors) is Base85 with another alphabet:
+# Python 3.11 has Base85 but not Z85 (3.13 does, written the same way).
+_TO_Z85, _FROM_Z85 = bytes.maketrans(_B85, _Z85), bytes.maketrans(_Z85, _B85)
+
+
+def _z85(data: bytes) -> str:
+    return base64.b85encode(data).translate(_TO_Z85).decode("ascii")
+
+
+def _unz85(text: str) -> bytes:
+    return base64.b85decode(text.encode("ascii").translate(_FROM_Z85))
+
+
+def serialize(positions: Iterable[int]) -> bytes:
+    """The bitmap of row `positions` (each below 2**32: a file of fewer rows), with the
+    magic number that opens it."""
+    bitmap = BitMap(positions)
+    return struct.pack("<IQI", MAGIC, 1, 0) + bitmap.serialize()
+
+
+def deserialize(data: bytes) -> np.ndarray:
+    """The row positions of a serialized bitmap (`serialize`), in order."""
+    (magic, buckets), at = struct.unpack_from("<IQ", data), 12
+    if magic != MAGIC:
+        raise ValueError(f"not a deletion vector: magic number {magic}, not {MAGIC}")
+    parts = []
+    for _ in range(buckets):
+        (high,) = struct.unpack_from("<I", data, at)
+        bitmap = BitMap.deserialize(data[at + 4 :])
+        at += 4 + len(bitmap.serialize())
+        parts.append(np.asarray(bitmap.to_array(), dtype=np.int64) + (high << 32))
+    return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+
+def read_vector(table_root: Path, descriptor: dict[str, Any]) -> np.ndarray:
+    """The row positions the deletion vector `descriptor` (of a file of the table in
+    `table_root`) deletes, from its file or from the log (inline)."""
+    kind, where = descriptor["storageType"], descriptor["pathOrInlineDv"]
+    size = int(descriptor["sizeInBytes"])
+    if kind == "i":
+        return deserialize(_unz85(where)[:size])
+    if kind == "u":
+        prefix, uid = where[:-20], uuid.UUID(bytes=_unz85(where[-20:]))
+        path = table_root / prefix / f"deletion_vector_{uid}.bin"
+    elif kind == "p":
+        path = Path(unquote(urlparse(where).path))
+    else:
+        raise ValueError(f"unknown deletion vector storage type {kind!r}")
+    with path.open("rb") as vectors:
+        vectors.seek(int(descriptor.get("offset") or 0))
+        (stored,) = struct.unpack(">I", vectors.read(4))
+        data = vectors.read(stored)
+        (crc,) = struct.unpack(">I", vectors.read(4))
+    if stored != size or zlib.crc32(data) != crc:
+        raise ValueError(f"deletion vector at {path} is damaged (size or checksum)")
+    return deserialize(data)
+
+
+@dataclass
+class VectorFile:
+    """One deletion vector file being written: vectors added one by one, each given the
+    descriptor its `add` action carries; `write` puts the file in the table's folder."""
+
+    table_root: Path
+    uid: uuid.UUID = field(default_factory=uuid.uuid4)
+    content: bytearray = field(default_factory=lambda: bytearray([FORMAT_VERSION]))
+
+    @property
+    def path(self) -> Path:
+        return self.table_root / f"deletion_vector_{self.uid}.bin"
+
+    def add(self, positions: np.ndarray) -> dict[str, Any]:
+        data = serialize(positions.tolist())
+        offset = len(self.content)
+        self.content += struct.pack(">I", len(data)) + data + struct.pack(">I", zlib.crc32(data))
+        return {
+            "storageType": "u",
+            "pathOrInlineDv": _z85(self.uid.bytes),
+            "offset": offset,
+            "sizeInBytes": len(data),
+            "cardinality": len(positions),
+        }
+
+    def write(self) -> None:
+        self.path.write_bytes(bytes(self.content))

@@ -16,7 +16,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from resources.lakehouse.predicates import Assignment, Predicate, Sha256, Value
+from resources.lakehouse.predicates import (
+    Assignment,
+    Predicate,
+    Sha256,
+    SortsAfter,
+    Value,
+    is_in,
+    matches,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -403,6 +411,32 @@ class DeltaEngine(ABC):
         metadata: Mapping[str, Any],
         app_transaction: AppTransaction | None,
     ) -> HistoryEntry | None: ...
+
+    def upsert_newest(
+        self,
+        table: str,
+        source: Data,
+        *,
+        key: str,
+        order: Sequence[str],
+        partition_column: str,
+        partitions: Sequence[Value],
+        metadata: Mapping[str, Any],
+        app_transaction: AppTransaction | None,
+    ) -> HistoryEntry | None:
+        """Newest wins, by `key`, in the `partitions` named (values of the table's one
+        partition column): a source row (every column of the table) replaces each row of
+        its key that it sorts after by `order` (lexicographic, SQL's comparison), is
+        inserted when no row holds its key, and is dropped otherwise. A MERGE here; an
+        engine may do it another way with the same result."""
+        return self.merge(
+            table,
+            source,
+            on=is_in(f"t.{partition_column}", partitions) & matches(key),
+            clauses=[WhenMatchedUpdate(condition=SortsAfter(tuple(order))), WhenNotMatchedInsert()],
+            metadata=metadata,
+            app_transaction=app_transaction,
+        )
 
     @abstractmethod
     def delete(

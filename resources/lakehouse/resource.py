@@ -430,6 +430,37 @@ class Lakehouse(dg.ConfigurableResource):
             ),
         )
 
+    def upsert_newest(
+        self,
+        table: str,
+        source: port.Data,
+        *,
+        key: str,
+        order: Sequence[str],
+        partition_column: str,
+        partitions: Sequence[Value],
+        metadata: Mapping[str, Any],
+        app_transaction: port.AppTransaction | None = None,
+    ) -> port.CommitResult:
+        """Newest wins by `key` in the `partitions` named: each source row replaces the
+        rows of its key it sorts after by `order`, is inserted where no row holds its key,
+        and is dropped where a row of its key sorts after it or equals it
+        (`DeltaEngine.upsert_newest`)."""
+        return self._commit(
+            table,
+            metadata,
+            lambda uri, meta: self._delta().upsert_newest(
+                uri,
+                source,
+                key=key,
+                order=order,
+                partition_column=partition_column,
+                partitions=partitions,
+                metadata=meta,
+                app_transaction=app_transaction,
+            ),
+        )
+
     def delete(
         self, table: str, *, where: Predicate, metadata: Mapping[str, Any]
     ) -> port.CommitResult:

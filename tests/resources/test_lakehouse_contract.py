@@ -809,3 +809,160 @@ def test_writers_racing_to_create_a_table_each_replace_only_their_window(lake):
     for attempt in range(3):
         assert race_to_create(lake, f"race{attempt}", [1, 2, 3, 4]) == []
         assert [r[0] for r in rows(lake, f"race{attempt}")] == ["w1", "w2", "w3", "w4"]
+
+
+def versions(rows: list[tuple[str, int, int | None, str]]) -> pa.Table:
+    """Versions of keys: (key, day of January 2024, at, name)."""
+    return pa.table(
+        {
+            "key": pa.array([r[0] for r in rows], pa.string()),
+            "day": pa.array([dt.date(2024, 1, r[1]) for r in rows], pa.date32()),
+            "at": pa.array([r[2] for r in rows], pa.int64()),
+            "name": pa.array([r[3] for r in rows], pa.string()),
+        }
+    )
+
+
+def kept(lake: Lakehouse, table: str) -> list[tuple]:
+    data = lake.read_arrow(table).to_pylist()
+    return sorted((r["key"], r["day"].day, r["at"], r["name"]) for r in data)
+
+
+def by_spark(lake: Lakehouse, table: str) -> list[tuple]:
+    frame = lake.spark.session().read.format("delta").load(lake.uri(table))
+    return sorted((r.key, r.day.day, r.at, r.name) for r in frame.collect())
+
+
+def upsert(lake: Lakehouse, table: str, batch: list, days: list[int]):
+    return lake.upsert_newest(
+        table,
+        versions(batch),
+        key="key",
+        order=("at", "name"),
+        partition_column="day",
+        partitions=[dt.date(2024, 1, d) for d in days],
+        metadata=META,
+    )
+
+
+DELETION_VECTORS = {"delta.enableDeletionVectors": "true", "delta.checkpointInterval": "2"}
+
+
+@pytest.mark.parametrize("marks", [True, False], ids=["deletion-vectors", "copy-on-write"])
+def test_upsert_newest_keeps_per_key_the_version_that_sorts_last(lake, marks):
+    """Each source row replaces the row of its key it sorts after (by `at`, then `name`;
+    a NULL never sorts after), in the partitions named; it is dropped where the stored
+    row sorts after it or equals it, and inserted where no named partition holds its
+    key. On a table with deletion vectors the replaced rows are marked, by both engines
+    (delta-rs through `marking`), and their files stay; without, their files are copied.
+    Spark reads what delta-rs reads, and counts from the log stay exact."""
+    lake.append(
+        "v",
+        versions(
+            [
+                ("k1", 1, 5, "a"),
+                ("k2", 1, 5, "a"),
+                ("k3", 2, 5, "a"),
+                ("k4", 2, None, "a"),
+                ("k5", 3, 5, "a"),
+                ("k7", 2, 5, "a"),
+            ]
+        ),
+        metadata=META,
+        partition_by=["day"],
+        table_properties=DELETION_VECTORS if marks else None,
+    )
+    before = set(DeltaTable(lake.uri("v")).file_uris())
+    batch = [
+        ("k1", 4, 6, "a"),  # newer: moves from day 1 to day 4
+        ("k2", 4, 4, "z"),  # older: dropped
+        ("k3", 4, 5, "b"),  # equal time, later name: moves
+        ("k4", 4, 7, "a"),  # the stored `at` is NULL: dropped
+        ("k5", 4, 9, "a"),  # day 3 is not named: inserted
+        ("k6", 4, 1, "a"),  # new
+        ("k7", 2, 5, "a"),  # identical: dropped
+    ]
+    result = upsert(lake, "v", batch, days=[1, 2, 4])
+    expected = [
+        ("k1", 4, 6, "a"),
+        ("k2", 1, 5, "a"),
+        ("k3", 4, 5, "b"),
+        ("k4", 2, None, "a"),
+        ("k5", 3, 5, "a"),
+        ("k5", 4, 9, "a"),
+        ("k6", 4, 1, "a"),
+        ("k7", 2, 5, "a"),
+    ]
+    assert kept(lake, "v") == by_spark(lake, "v") == expected
+    assert (result.metrics["rows_updated"], result.metrics["rows_inserted"]) == (2, 2)
+    commit = Path(lake.uri("v")) / "_delta_log" / f"{result.version:020d}.json"
+    assert ('"deletionVector":{' in commit.read_text()) == marks
+    assert (before <= set(DeltaTable(lake.uri("v")).file_uris())) == marks
+    assert DeltaRsEngine().count_from_log(lake.uri("v")) == lake.count("v") == len(expected)
+    assert upsert(lake, "v", batch, days=[1, 2, 4]).metrics["rows_updated"] == 0
+    assert kept(lake, "v") == expected
+
+
+def test_upsert_newest_marks_a_file_again_and_the_marks_survive_checkpoints_compaction_and_vacuum(
+    lake,
+):
+    """A file that loses rows twice carries one vector of both; a checkpoint holds the
+    vectors (a table opened anew from it reads the same); compaction drops the marked
+    rows for good and vacuum keeps every vector the table still reads."""
+    lake.append(
+        "v",
+        versions([(f"k{i}", 1, 1, "a") for i in range(6)]),
+        metadata=META,
+        partition_by=["day"],
+        table_properties=DELETION_VECTORS,
+    )
+    for step, key in enumerate(("k0", "k3", "k4"), start=2):
+        upsert(lake, "v", [(key, step, 2, "b")], days=[1, step])
+    expected = sorted(
+        [("k0", 2, 2, "b"), ("k3", 3, 2, "b"), ("k4", 4, 2, "b")]
+        + [(f"k{i}", 1, 1, "a") for i in (1, 2, 5)]
+    )
+    log = Path(lake.uri("v")) / "_delta_log"
+    assert (log / f"{2:020d}.checkpoint.parquet").exists()
+    assert kept(lake, "v") == by_spark(lake, "v") == expected
+    fresh = Lakehouse(root=lake.root, engine=lake.engine, spark=lake.spark)
+    assert kept(fresh, "v") == expected and fresh.count("v") == 6
+    lake.vacuum("v", retention_hours=0)
+    assert kept(lake, "v") == expected
+    lake.compact("v", metadata=META)
+    lake.vacuum("v", retention_hours=0)
+    assert kept(lake, "v") == by_spark(lake, "v") == expected
+    assert lake.count("v") == 6
+
+
+def test_concurrent_upserts_conflict_retry_and_none_is_lost(lake):
+    """Upserts racing into the same partitions all land: one that loses the race to its
+    commit's version is made again on the newer snapshot, which may mark the file the
+    winner marked."""
+    lake.append(
+        "v",
+        versions([(f"k{i}", 1, 1, "a") for i in range(8)]),
+        metadata=META,
+        partition_by=["day"],
+        table_properties=DELETION_VECTORS,
+    )
+    errors: list[BaseException] = []
+
+    def writer(keys: list[int]) -> None:
+        try:
+            for i in keys:
+                upsert(lake, "v", [(f"k{i}", 2, 2, "b")], days=[1, 2])
+        except BaseException as error:  # noqa: BLE001 - asserted below
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer, args=(keys,)) for keys in ([0, 1, 2], [3, 4, 5])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    expected = sorted(
+        [(f"k{i}", 2, 2, "b") for i in range(6)] + [(f"k{i}", 1, 1, "a") for i in (6, 7)]
+    )
+    assert kept(lake, "v") == by_spark(lake, "v") == expected
+    assert lake.count("v") == 8

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from assets.source_files import SourceDataError
 from assets.warehouse import key_index
@@ -299,23 +300,29 @@ def test_versions_years_apart_leave_one_row_at_the_newest(lakehouse, write_batch
     assert lakehouse.count(USER_EVENTS) == 4  # e1 and one derived key per batch
 
 
-def test_a_row_a_newer_version_moves_out_of_its_day_is_marked_on_delta_spark(
-    lakehouse, write_batch, apply
-):
-    """`user_events` has deletion vectors: Delta Spark's MERGE marks the row a version
-    years newer moves out of its day, and leaves that day's file as it is; delta-rs, which
-    writes no vectors, copies the file without the row. Counts from the log stay exact."""
+def test_a_row_a_newer_version_moves_out_of_its_day_is_marked(lakehouse, write_batch, apply):
+    """`user_events` has deletion vectors: the publish marks the row a version years newer
+    moves out of its day and leaves that day's file as it is (Delta Spark's MERGE, or the
+    delta-rs engine's own commit: `marking`). Both engines read the marked table alike,
+    and counts from the log stay exact."""
     long_ago = LONG_AGO["v1"]["event_timestamp"]
     write_batch("old", [LONG_AGO["v1"]] + [event(event_id=f"o{i}", ts=long_ago) for i in range(9)])
     write_batch("new", [LONG_AGO["v2"]])
     apply("old")
+    uri = lakehouse.uri(USER_EVENTS)
+    old_files = set(DeltaTable(uri).file_uris())
     merged = apply("new")
     assert days_of(lakehouse, "e1") == ["2022-05-01"]
-    uri = lakehouse.uri(USER_EVENTS)
     commit = (Path(uri) / "_delta_log" / f"{merged.result.version:020d}.json").read_text()
-    assert ('"deletionVector":{' in commit) == (lakehouse.engine == "delta-spark")
+    assert '"deletionVector":{' in commit
+    assert old_files <= set(DeltaTable(uri).file_uris())
+    assert (merged.result.metrics["rows_updated"], merged.result.metrics["rows_copied"]) == (1, 0)
     rows = lakehouse.read_arrow(USER_EVENTS).num_rows
     assert DeltaRsEngine().count_from_log(uri) == rows == 10
+    by_spark = lakehouse.spark.session().read.format("delta").load(uri)
+    assert sorted(r.event_id for r in by_spark.select("event_id").collect()) == sorted(
+        ["e1", *(f"o{i}" for i in range(9))]
+    )
 
 
 @pytest.mark.long_on_delta_spark

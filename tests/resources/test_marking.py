@@ -1,0 +1,134 @@
+"""The delta-rs engine's own MERGE commit (`resources.lakehouse.marking`): what the
+contract suite cannot reach through the port."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
+
+from resources import Lakehouse
+from resources.lakehouse import marking
+from resources.lakehouse.delta_rs import _files_selected
+from resources.lakehouse.predicates import Compare, is_in
+
+META = {"dagster_run_id": "test-run"}
+DAY = dt.date(2024, 1, 1)
+PROPERTIES = {"delta.enableDeletionVectors": "true"}
+
+
+@pytest.fixture
+def lake(tmp_path: Path, spark) -> Lakehouse:
+    return Lakehouse(root=str(tmp_path / "lake"), engine="delta-rs", spark=spark)
+
+
+def events(rows: list[tuple[str, dt.datetime]], day: dt.date = DAY) -> pa.Table:
+    return pa.table(
+        {
+            "key": pa.array([r[0] for r in rows], pa.string()),
+            "at": pa.array([r[1] for r in rows], pa.timestamp("us", "UTC")),
+            "day": pa.array([day] * len(rows), pa.date32()),
+        }
+    )
+
+
+def data_files(lake: Lakehouse) -> set[Path]:
+    root = Path(lake.uri("e"))
+    return {p for p in root.rglob("*") if p.is_file() and "_delta_log" not in p.parts}
+
+
+def test_a_commit_that_lost_its_version_is_refused_and_leaves_no_file(lake):
+    """Another writer committed after the snapshot the upsert read: the log entry it
+    would take exists, so the commit is refused (the lakehouse then starts again) and the
+    vector and data files it wrote are deleted."""
+    at = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    lake.append(
+        "e",
+        events([("a", at), ("b", at)]),
+        metadata=META,
+        partition_by=["day"],
+        table_properties=PROPERTIES,
+    )
+    stale = DeltaTable(lake.uri("e"))
+    lake.append("e", events([("c", at)]), metadata=META)
+    files = data_files(lake)
+    with pytest.raises(CommitFailedError, match="committed by another writer first"):
+        marking.upsert(
+            stale,
+            events([("a", at + dt.timedelta(hours=1)), ("d", at)]),
+            _files_selected(stale, is_in("day", [DAY]))[1],
+            key="key",
+            order=("at",),
+            partition_column="day",
+            commit_info={},
+            app_transaction=None,
+        )
+    assert data_files(lake) == files
+    assert sorted(lake.read_arrow("e")["key"].to_pylist()) == ["a", "b", "c"]
+
+
+def test_the_bounds_of_a_new_file_hold_every_timestamp_it_has(lake):
+    """The log keeps timestamps to the millisecond: a new file's bounds are rounded
+    outwards, so a reader that skips files by them never skips a row (microseconds past
+    the millisecond, below and above)."""
+    at = dt.datetime(2024, 1, 1, 12, tzinfo=dt.UTC)
+    lake.append(
+        "e", events([("a", at)]), metadata=META, partition_by=["day"], table_properties=PROPERTIES
+    )
+    low, high = at + dt.timedelta(microseconds=1001), at + dt.timedelta(microseconds=2999)
+    lake.upsert_newest(
+        "e",
+        events([("a", high), ("b", low)]),
+        key="key",
+        order=("at",),
+        partition_column="day",
+        partitions=[DAY],
+        metadata=META,
+    )
+    for bound in (low, high):
+        found = lake.read_arrow("e", where=Compare("at", "=", bound))["key"].to_pylist()
+        assert found == (["b"] if bound == low else ["a"])
+        frame = lake.spark.session().read.format("delta").load(lake.uri("e"))
+        assert frame.where(frame.at == bound).count() == 1
+
+
+def test_a_table_whose_features_it_does_not_keep_is_merged(lake):
+    """A table with a change data feed needs change files that this commit does not
+    write: the upsert is a MERGE there, and the feed names its changes."""
+    at = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    lake.append(
+        "e",
+        events([("a", at)]),
+        metadata=META,
+        partition_by=["day"],
+        table_properties={**PROPERTIES, "delta.enableChangeDataFeed": "true"},
+    )
+    assert (
+        marking.upsert(
+            DeltaTable(lake.uri("e")),
+            events([("a", at + dt.timedelta(hours=1))]),
+            _files_selected(DeltaTable(lake.uri("e")), is_in("day", [DAY]))[1],
+            key="key",
+            order=("at",),
+            partition_column="day",
+            commit_info={},
+            app_transaction=None,
+        )
+        is None
+    )
+    result = lake.upsert_newest(
+        "e",
+        events([("a", at + dt.timedelta(hours=1))]),
+        key="key",
+        order=("at",),
+        partition_column="day",
+        partitions=[DAY],
+        metadata=META,
+    )
+    assert result.metrics["rows_updated"] == 1
+    changes = lake.changes("e", after=0, until=result.version)
+    assert sorted(changes["_change_type"].to_pylist()) == ["update_postimage", "update_preimage"]
