@@ -17,7 +17,8 @@
    stages every batch after its first (its JVM has compiled the parse by then).
 
 `user_events` is made as the asset makes it, with deletion vectors (`TABLE_PROPERTIES`):
-delta-spark's MERGE marks the rows it replaces, delta-rs copies their files.
+both engines mark the rows a publish replaces (delta-spark's MERGE; on delta-rs the
+lakehouse's own commit, `resources/lakehouse/marking.py`) and leave their files.
 
 Event ids are `e<n>`: short. `--hashed-ids` gives every event the SHA-256 (hex) of that
 id instead, 64 characters as ids from producers often are: the same events and rounds.

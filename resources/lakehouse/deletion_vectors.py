@@ -46,12 +46,17 @@ _ANY_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.")
 
 @dataclass(frozen=True)
 class Added:
-    """What the newest `add` of a data file says beyond delta-rs's listing of it."""
+    """What the newest `add` of a data file says, as the log holds it (delta-rs lists a
+    file's path decoded and its partition values typed)."""
 
     vector: dict[str, Any] | None
-    """Its deletion vector's descriptor, as the log holds it; None without one."""
-    stats: str | None
-    """Its statistics, as the log holds them (JSON)."""
+    """Its deletion vector's descriptor; None without one."""
+    path: str = ""
+    """Its path, as written (percent-encoded); read with `whole` only."""
+    partition_values: dict[str, str | None] = field(default_factory=dict)
+    """Its partition values, as written; read with `whole` only."""
+    stats: str | None = None
+    """Its statistics (JSON); read with `whole` only."""
 
     @property
     def deleted(self) -> int:
@@ -62,18 +67,17 @@ def deleted_rows(table_uri: str, version: int) -> dict[str, int] | None:
     """Per data file path (as in the log, percent-decoded) of `table_uri` at `version`,
     the rows its deletion vector deletes; files without a vector are left out. None when
     the log cannot be read here (an object store, a V2 checkpoint, commits gone)."""
-    added = newest_adds(table_uri, version, with_stats=False)
+    added = newest_adds(table_uri, version, whole=False)
     if added is None:
         return None
     return {path: add.deleted for path, add in added.items() if add.deleted}
 
 
-def newest_adds(
-    table_uri: str, version: int, *, with_stats: bool = True
-) -> dict[str, Added] | None:
+def newest_adds(table_uri: str, version: int, *, whole: bool = True) -> dict[str, Added] | None:
     """Per data file path (percent-decoded) of `table_uri` at `version`, its newest `add`
-    (files removed since are among them: ask for the paths of the snapshot's files).
-    None when the log cannot be read here (see `deleted_rows`)."""
+    (files removed since are among them: ask for the paths of the snapshot's files),
+    with its vector, and with `whole` its path, partition values and statistics as
+    written too. None when the log cannot be read here (see `deleted_rows`)."""
     log = _local_log(table_uri)
     if log is None:
         return None
@@ -84,12 +88,12 @@ def newest_adds(
     since, parts = checkpoint
     newest: dict[str, Added] = {}
     for part in parts:
-        _read_checkpoint(log / part, newest, with_stats)
+        _read_checkpoint(log / part, newest, whole)
     for at in range(since + 1, version + 1):
         name = f"{at:020d}.json"
         if name not in names:
             return None
-        _read_commit(log / name, newest, with_stats)
+        _read_commit(log / name, newest, whole)
     return newest
 
 
@@ -128,33 +132,42 @@ def _checkpoint_at_most(names: set[str], version: int) -> tuple[int, list[str]] 
     return newest, complete[newest]
 
 
-def _read_checkpoint(part: Path, newest: dict[str, Added], with_stats: bool) -> None:
+def _read_checkpoint(part: Path, newest: dict[str, Added], whole: bool) -> None:
     add = pq.read_schema(part).field("add").type
     names = {add.field(i).name for i in range(add.num_fields)}
-    wanted = ["deletionVector"] + (["stats"] if with_stats else [])
+    wanted = ["deletionVector"] + (["partitionValues", "stats"] if whole else [])
     columns = ["add.path"] + [f"add.{name}" for name in wanted if name in names]
     actions = pq.read_table(part, columns=columns)
     paths = actions.column("path").to_pylist()
     nothing = [None] * len(paths)
-    vectors, stats = (
+    vectors, partitions, stats = (
         actions.column(name).to_pylist() if name in actions.column_names else nothing
-        for name in ("deletionVector", "stats")
+        for name in ("deletionVector", "partitionValues", "stats")
     )
-    for path, vector, stat in zip(paths, vectors, stats, strict=True):
-        if path is not None:
-            newest[unquote(path)] = Added(vector, stat)
+    for path, vector, partition, stat in zip(paths, vectors, partitions, stats, strict=True):
+        if path is None:
+            continue
+        if whole:
+            values = dict(partition or ())  # a map column reads as (key, value) pairs
+            newest[unquote(path)] = Added(vector, path, values, stat)
+        else:
+            newest[unquote(path)] = Added(vector)
 
 
-def _read_commit(commit: Path, newest: dict[str, Added], with_stats: bool) -> None:
+def _read_commit(commit: Path, newest: dict[str, Added], whole: bool) -> None:
     with commit.open(encoding="utf-8") as lines:
         for line in lines:
             if '"add"' not in line:
                 continue
             add = json.loads(line).get("add")
-            if add is not None:
-                newest[unquote(add["path"])] = Added(
-                    add.get("deletionVector"), add.get("stats") if with_stats else None
-                )
+            if add is None:
+                continue
+            vector = add.get("deletionVector")
+            if whole:
+                values = add.get("partitionValues") or {}
+                newest[unquote(add["path"])] = Added(vector, add["path"], values, add.get("stats"))
+            else:
+                newest[unquote(add["path"])] = Added(vector)
 
 
 # -- the vectors themselves -----------------------------------------------------------

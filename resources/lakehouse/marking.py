@@ -29,6 +29,7 @@ MERGEs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -86,10 +87,13 @@ def upsert(
         return None  # the MERGE refuses a key twice in its source, in its own words
     version = delta.version()
     added = deletion_vectors.newest_adds(delta.table_uri, version)
-    if added is None:
-        return None
     paths = [unquote(path) for path in files["path"].to_pylist()]
-    stored = _stored_rows(root, paths, added, key, source[key])
+    if added is None or any(path not in added for path in paths):
+        return None
+    texts = [_text(v) for v in pc.unique(source[partition_column]).to_pylist() if v is not None]
+    if not all(_PLAIN_VALUE.match(text) for text in texts):
+        return None  # a folder name to escape, as every reader agrees: left to the MERGE
+    stored = _stored_rows(root, paths, added, source.select([key, order[0]]))
     beaten, wins, inserted = _decide(root, paths, source, stored, key, order)
     winners = source.filter(wins)
     vectors = deletion_vectors.VectorFile(root)
@@ -149,19 +153,21 @@ def _stored_rows(
     root: Path,
     paths: list[str],
     added: Mapping[str, deletion_vectors.Added],
-    key: str,
-    keys: pa.ChunkedArray,
+    wanted: pa.Table,
 ) -> pa.Table:
-    """The live rows of the files `paths` whose `key` is among `keys`: the key, the
-    file's index in `paths` (`_file`) and the row's position in it (`_row`). Only the key
-    column is read (the columns that order versions cost several times as much; `_decide`
-    reads them for the rows found only)."""
-    wanted = keys.combine_chunks()
+    """The live rows of the files `paths` whose key (`wanted`'s first column) is among
+    `wanted`'s: the key, the column that orders versions first (`wanted`'s second, which
+    decides most of them), the file's index in `paths` (`_file`) and the row's position
+    in it (`_row`). The other columns that order versions are
+    left to `_decide`, which reads them for the rows still tied only: together they cost
+    several times what these two do."""
+    key, first = wanted.column_names
+    keys = wanted[key].combine_chunks()
 
     def read(index: int) -> pa.Table:
-        rows = pq.ParquetFile(root / paths[index]).read(columns=[key], use_threads=False)
-        live = pc.is_in(rows.column(0), value_set=wanted)
-        vector = added[paths[index]].vector if paths[index] in added else None
+        rows = pq.ParquetFile(root / paths[index]).read(columns=[key, first], use_threads=False)
+        live = pc.is_in(rows.column(0), value_set=keys)
+        vector = added[paths[index]].vector
         if vector is not None:
             deleted = np.zeros(rows.num_rows, dtype=bool)
             deleted[deletion_vectors.read_vector(root, vector)] = True
@@ -170,6 +176,7 @@ def _stored_rows(
         return pa.table(
             {
                 key: rows.column(0).take(positions),
+                first: rows.column(1).take(positions),
                 "_file": pa.array(np.full(len(positions), index, np.int32)),
                 "_row": positions,
             }
@@ -178,14 +185,11 @@ def _stored_rows(
     with ThreadPoolExecutor(_READERS) as readers:
         parts = list(readers.map(read, range(len(paths))))
     if not parts:
-        return pa.table(
-            {
-                key: pa.array([], keys.type),
-                "_file": pa.array([], pa.int32()),
-                "_row": pa.array([], pa.int64()),
-            }
+        none = wanted.schema.empty_table()
+        return none.append_column("_file", pa.array([], pa.int32())).append_column(
+            "_row", pa.array([], pa.int64())
         )
-    return pa.concat_tables(parts)
+    return pa.concat_tables(parts, promote_options="permissive")
 
 
 def _decide(
@@ -209,13 +213,17 @@ def _decide(
     pairs = numbered.join(stored, key, join_type="inner")
     after = np.zeros(pairs.num_rows, dtype=bool)
     open_ = np.ones(pairs.num_rows, dtype=bool)
-    for column in order:
+    for at, column in enumerate(order):
         still = np.flatnonzero(open_)
         if not len(still):
             break
         pending = pairs.take(pa.array(still))
         s = source[column].take(pending["_source"])
-        t = _values_at(root, paths, column, pending["_file"], pending["_row"]).cast(s.type)
+        t = (
+            pending[column]
+            if at == 0
+            else _values_at(root, paths, column, pending["_file"], pending["_row"])
+        ).cast(s.type)
         after[still[pc.fill_null(pc.greater(s, t), False).to_numpy(zero_copy_only=False)]] = True
         open_[still] = pc.fill_null(pc.equal(s, t), False).to_numpy(zero_copy_only=False)
     beaten = pairs.filter(pa.array(after))
@@ -263,17 +271,15 @@ def _marks(
     for index, rows in zip(
         by_file["_file"].to_pylist(), by_file["_row_list"].to_pylist(), strict=True
     ):
-        raw_path = files["path"][index].as_py()
-        path = unquote(raw_path)
-        held = added.get(path)
-        old = held.vector if held is not None else None
+        held = added[unquote(files["path"][index].as_py())]
+        old = held.vector
         positions = np.asarray(rows, dtype=np.int64)
         if old is not None:
             positions = np.union1d(deletion_vectors.read_vector(root, old), positions)
-        partition = _partition_values(files, index)
+        partition = held.partition_values
         size = files["size_bytes"][index].as_py()
         remove = {
-            "path": raw_path,
+            "path": held.path,
             "deletionTimestamp": now,
             "dataChange": True,
             "extendedFileMetadata": True,
@@ -286,26 +292,17 @@ def _marks(
         actions.append(
             {
                 "add": {
-                    "path": raw_path,
+                    "path": held.path,
                     "partitionValues": partition,
                     "size": size,
                     "modificationTime": files["modification_time"][index].as_py(),
                     "dataChange": True,
-                    "stats": _loose(held.stats if held is not None else None, files, index),
+                    "stats": _loose(held.stats, files, index),
                     "deletionVector": vectors.add(np.unique(positions)),
                 }
             }
         )
     return actions
-
-
-def _partition_values(files: pa.Table, index: int) -> dict[str, str | None]:
-    values = {}
-    for name in files.column_names:
-        if name.startswith("partition."):
-            value = files[name][index].as_py()
-            values[name.removeprefix("partition.")] = None if value is None else _text(value)
-    return values
 
 
 def _text(value: Any) -> str:
@@ -344,8 +341,6 @@ def _new_files(
             else pc.equal(winners[partition_column], value)
         )
         text = None if value is None else _text(value)
-        if text is not None and not _PLAIN_VALUE.match(text):
-            raise ValueError(f"partition value {text!r} needs escaping: not written here")
         folder = f"{partition_column}={'__HIVE_DEFAULT_PARTITION__' if text is None else text}"
         relative = f"{folder}/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
         data = rows.select(data_schema.names).cast(data_schema)
@@ -368,12 +363,13 @@ def _new_files(
 
 
 def _stats(data: pa.Table) -> str:
-    """Statistics of a new file: its rows and nulls, and bounds of its timestamps
-    (rounded outwards to the milliseconds the log holds). Bounds of text are left out
+    """Statistics of a new file: its rows and nulls, and bounds of its timestamps with a
+    time zone (rounded outwards to the milliseconds the log holds). Bounds of text are left out
     (a reader then just reads the file), and none are claimed tight."""
     minimum, maximum = {}, {}
     for field in data.schema:
-        if pa.types.is_timestamp(field.type) and data[field.name].null_count < data.num_rows:
+        zoned = pa.types.is_timestamp(field.type) and field.type.tz is not None
+        if zoned and data[field.name].null_count < data.num_rows:
             low, high = pc.min_max(data[field.name].cast(pa.timestamp("us", "UTC"))).values()
             minimum[field.name] = _iso_ms(low.value, math.floor)
             maximum[field.name] = _iso_ms(high.value, math.ceil)
@@ -431,11 +427,16 @@ def _put(root: Path, version: int, commit: bytes) -> None:
     try:
         os.link(aside, log / f"{version:020d}.json")
     except FileExistsError as e:
+        aside.unlink(missing_ok=True)
         raise CommitFailedError(
             f"version {version} of {root} was committed by another writer first"
         ) from e
-    finally:
+    except BaseException:
         aside.unlink(missing_ok=True)
+        raise
+    # Committed: nothing may raise now (the caller deletes its files on an error).
+    with contextlib.suppress(OSError):
+        aside.unlink()
 
 
 def _now_ms() -> int:

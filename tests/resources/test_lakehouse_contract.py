@@ -166,7 +166,7 @@ def test_a_count_from_the_log_leaves_out_the_rows_deletion_vectors_delete(lake):
         partition_by=["day"],
         table_properties={"delta.enableDeletionVectors": "true", "delta.checkpointInterval": "2"},
     )
-    spark = lake.on_spark()  # delta-rs writes no deletion vectors: Spark marks the rows
+    spark = lake.on_spark()  # delta-rs's DELETE writes no deletion vectors: Spark's marks
     spark.delete("t", where=eq("device", "a"), metadata=META)
     spark.delete("t", where=eq("device", "b"), metadata=META)  # checkpoint at version 2
     lake.append("t", devices([("z", 2, "y")]), metadata=META)
@@ -597,7 +597,7 @@ def test_vacuum_keeps_the_deletion_vectors_the_table_still_reads(lake):
         metadata=META,
         table_properties={"delta.enableDeletionVectors": "true"},
     )
-    spark = lake.on_spark()  # delta-rs writes no deletion vectors: Spark marks the rows
+    spark = lake.on_spark()  # delta-rs's DELETE writes no deletion vectors: Spark's marks
     spark.delete("t", where=eq("device", "a"), metadata=META)
     spark.delete("t", where=eq("device", "b"), metadata=META)
     assert (
