@@ -93,13 +93,14 @@ def upsert(
     texts = [_text(v) for v in pc.unique(source[partition_column]).to_pylist() if v is not None]
     if not all(_PLAIN_VALUE.match(text) for text in texts):
         return None  # a folder name to escape, as every reader agrees: left to the MERGE
-    stored = _stored_rows(root, paths, added, source.select([key, order[0]]))
+    deleted: dict[int, np.ndarray] = {}
+    stored = _stored_rows(root, paths, added, source.select([key, order[0]]), deleted)
     beaten, wins, inserted = _decide(root, paths, source, stored, key, order)
     winners = source.filter(wins)
     vectors = deletion_vectors.VectorFile(root)
     written: list[Path] = []
     try:
-        marks = _marks(root, files, added, beaten, vectors)
+        marks = _marks(files, added, deleted, beaten, vectors)
         if marks:
             vectors.write()
             written.append(vectors.path)
@@ -154,11 +155,13 @@ def _stored_rows(
     paths: list[str],
     added: Mapping[str, deletion_vectors.Added],
     wanted: pa.Table,
+    deleted: dict[int, np.ndarray],
 ) -> pa.Table:
     """The live rows of the files `paths` whose key (`wanted`'s first column) is among
     `wanted`'s: the key, the column that orders versions first (`wanted`'s second, which
     decides most of them), the file's index in `paths` (`_file`) and the row's position
-    in it (`_row`). The other columns that order versions are
+    in it (`_row`). The rows a file's vector deletes already go into `deleted`, by the
+    file's index. The other columns that order versions are
     left to `_decide`, which reads them for the rows still tied only: together they cost
     several times what these two do."""
     key, first = wanted.column_names
@@ -169,9 +172,10 @@ def _stored_rows(
         live = pc.is_in(rows.column(0), value_set=keys)
         vector = added[paths[index]].vector
         if vector is not None:
-            deleted = np.zeros(rows.num_rows, dtype=bool)
-            deleted[deletion_vectors.read_vector(root, vector)] = True
-            live = pc.and_(live, pa.array(~deleted))
+            deleted[index] = deletion_vectors.read_vector(root, vector)
+            gone = np.zeros(rows.num_rows, dtype=bool)
+            gone[deleted[index]] = True
+            live = pc.and_(live, pa.array(~gone))
         positions = pc.indices_nonzero(live).cast(pa.int64())
         return pa.table(
             {
@@ -255,14 +259,15 @@ def _values_at(
 
 
 def _marks(
-    root: Path,
     files: pa.Table,
     added: Mapping[str, deletion_vectors.Added],
+    deleted: Mapping[int, np.ndarray],
     beaten: pa.Table,
     vectors: deletion_vectors.VectorFile,
 ) -> list[dict[str, Any]]:
     """A `remove` and an `add` for each file that loses rows: the same file, with a
-    vector of the rows it lost before and now (written into `vectors`)."""
+    vector of the rows it lost before (`deleted`, by file index) and now (written into
+    `vectors`)."""
     if not beaten.num_rows:
         return []
     now = _now_ms()
@@ -275,7 +280,7 @@ def _marks(
         old = held.vector
         positions = np.asarray(rows, dtype=np.int64)
         if old is not None:
-            positions = np.union1d(deletion_vectors.read_vector(root, old), positions)
+            positions = np.union1d(deleted[index], positions)
         partition = held.partition_values
         size = files["size_bytes"][index].as_py()
         remove = {

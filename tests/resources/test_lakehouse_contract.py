@@ -906,9 +906,11 @@ def test_upsert_newest_keeps_per_key_the_version_that_sorts_last(lake, marks):
 def test_upsert_newest_marks_a_file_again_and_the_marks_survive_checkpoints_compaction_and_vacuum(
     lake,
 ):
-    """A file that loses rows twice carries one vector of both; a checkpoint holds the
-    vectors (a table opened anew from it reads the same); compaction drops the marked
-    rows for good and vacuum keeps every vector the table still reads."""
+    """A file that loses rows three times carries one vector of all, whichever engine
+    marked them before (the second upsert is Delta Spark's, whose vector the third reads
+    and extends); a checkpoint holds the vectors (a table opened anew from it reads the
+    same); compaction drops the marked rows for good and vacuum keeps every vector the
+    table still reads."""
     lake.append(
         "v",
         versions([(f"k{i}", 1, 1, "a") for i in range(6)]),
@@ -916,8 +918,10 @@ def test_upsert_newest_marks_a_file_again_and_the_marks_survive_checkpoints_comp
         partition_by=["day"],
         table_properties=DELETION_VECTORS,
     )
-    for step, key in enumerate(("k0", "k3", "k4"), start=2):
-        upsert(lake, "v", [(key, step, 2, "b")], days=[1, step])
+    for step, (writer, key) in enumerate(
+        ((lake, "k0"), (lake.on_spark(), "k3"), (lake, "k4")), start=2
+    ):
+        upsert(writer, "v", [(key, step, 2, "b")], days=[1, step])
     expected = sorted(
         [("k0", 2, 2, "b"), ("k3", 3, 2, "b"), ("k4", 4, 2, "b")]
         + [(f"k{i}", 1, 1, "a") for i in (1, 2, 5)]
