@@ -47,6 +47,7 @@ from resources import Lakehouse
 from resources.lakehouse import (
     AppTransaction,
     CommitResult,
+    NewestWins,
     StaleWriteError,
 )
 from resources.lakehouse.predicates import is_in
@@ -136,10 +137,7 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
         result = lakehouse.upsert_newest(
             USER_EVENTS,
             source,
-            key="event_id",
-            order=VERSION_ORDER,
-            partition_column="event_date",
-            partitions=days,
+            upsert=NewestWins("event_id", VERSION_ORDER, "event_date", days),
             metadata=metadata,
             app_transaction=AppTransaction(PUBLISH, seen + 1),
         )

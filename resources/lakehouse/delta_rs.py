@@ -40,7 +40,6 @@ from resources.lakehouse.predicates import (
     Value,
     identifier,
     is_in,
-    matches,
     render,
 )
 
@@ -475,10 +474,7 @@ class DeltaRsEngine(port.DeltaEngine):
         table: str,
         source: port.Data,
         *,
-        key: str,
-        order: Sequence[str],
-        partition_column: str,
-        partitions: Sequence[Value],
+        upsert: port.NewestWins,
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
     ) -> port.HistoryEntry | None:
@@ -492,41 +488,28 @@ class DeltaRsEngine(port.DeltaEngine):
             )
         arrow = _as_arrow(source)
         rows = arrow.read_all() if isinstance(arrow, pa.RecordBatchReader) else arrow
-        selected = _files_selected(target, is_in(partition_column, partitions))
+        selected = _files_selected(target, is_in(upsert.partition_column, upsert.partitions))
         committed = None
         if selected is not None:
-            predicate = is_in(f"t.{partition_column}", partitions) & matches(key)
+            on, _ = upsert.as_merge()
             try:
                 committed = marking.upsert(
                     target,
                     rows,
                     selected[1],
-                    key=key,
-                    order=order,
-                    partition_column=partition_column,
+                    upsert=upsert,
                     commit_info={
-                        "operationParameters": {"predicate": predicate.render("datafusion")},
+                        "operationParameters": {"predicate": on.render("datafusion")},
                         "userMetadata": json.dumps(dict(metadata), sort_keys=True, default=str),
                     },
-                    app_transaction=(
-                        (app_transaction.app_id, app_transaction.version)
-                        if app_transaction
-                        else None
-                    ),
+                    app_transaction=app_transaction,
                 )
             except CommitFailedError:
                 self._refused(table)
                 raise
         if committed is None:
             return super().upsert_newest(
-                table,
-                rows,
-                key=key,
-                order=order,
-                partition_column=partition_column,
-                partitions=partitions,
-                metadata=metadata,
-                app_transaction=app_transaction,
+                table, rows, upsert=upsert, metadata=metadata, app_transaction=app_transaction
             )
         target.load_as_version(committed)
         if committed % _checkpoint_interval(target) == 0:

@@ -50,6 +50,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from resources.lakehouse import deletion_vectors
+from resources.lakehouse.port import AppTransaction, NewestWins
 
 KNOWN_WRITER_FEATURES = frozenset(
     {"deletionVectors", "invariants", "appendOnly", "timestampNtz", "variantType"}
@@ -69,17 +70,16 @@ def upsert(
     source: pa.Table,
     files: pa.Table,
     *,
-    key: str,
-    order: Sequence[str],
-    partition_column: str,
+    upsert: NewestWins,
     commit_info: Mapping[str, Any],
-    app_transaction: tuple[str, int] | None,
+    app_transaction: AppTransaction | None,
 ) -> int | None:
-    """Upsert `source` into `delta` (a snapshot, version v) as the module's docstring
-    says, reading the rows of `files` (its add actions, flattened: the files of the
+    """`upsert` of `source` into `delta` (a snapshot, version v), as the module's
+    docstring says, reading the rows of `files` (its add actions, flattened: the files of the
     partitions the upsert may touch); returns the version committed, v + 1. None when
     the table is not one this module writes (nothing is written then). Raises
     CommitFailedError when another commit took version v + 1."""
+    key, order, partition_column = upsert.key, upsert.order, upsert.partition_column
     root = _local_root(delta.table_uri)
     if root is None or not _writable(delta, partition_column, source):
         return None
@@ -400,7 +400,7 @@ def _commit(
     commit_info: Mapping[str, Any],
     read_version: int,
     metrics: Mapping[str, int],
-    app_transaction: tuple[str, int] | None,
+    app_transaction: AppTransaction | None,
     actions: list[dict[str, Any]],
 ) -> bytes:
     info = {
@@ -416,8 +416,12 @@ def _commit(
     }
     lines = [{"commitInfo": info}]
     if app_transaction is not None:
-        app_id, version = app_transaction
-        lines.append({"txn": {"appId": app_id, "version": version, "lastUpdated": _now_ms()}})
+        transaction = {
+            "appId": app_transaction.app_id,
+            "version": app_transaction.version,
+            "lastUpdated": _now_ms(),
+        }
+        lines.append({"txn": transaction})
     lines += actions
     return ("\n".join(json.dumps(line, separators=(",", ":")) for line in lines) + "\n").encode()
 

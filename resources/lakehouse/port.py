@@ -229,6 +229,25 @@ class WhenNotMatchedInsert:
     values: Mapping[str, Assignment] | None = None
 
 
+@dataclass(frozen=True)
+class NewestWins:
+    """A newest-wins upsert (`upsert_newest`): by `key`, in the `partitions` named (values
+    of the table's one partition column, `partition_column`), a source row replaces each
+    row of its key it sorts after by `order` (lexicographic, SQL's comparison: a NULL
+    never sorts after), is inserted where no row there holds its key, and is dropped
+    otherwise."""
+
+    key: str
+    order: tuple[str, ...]
+    partition_column: str
+    partitions: tuple[Value, ...]
+
+    def as_merge(self) -> tuple[Predicate, list[MergeClause]]:
+        """The same as a MERGE: its join and its clauses (every column from the source)."""
+        on = is_in(f"t.{self.partition_column}", self.partitions) & matches(self.key)
+        return on, [WhenMatchedUpdate(condition=SortsAfter(self.order)), WhenNotMatchedInsert()]
+
+
 def require_advance(
     table: str, app_transaction: AppTransaction | None, current: int | None
 ) -> None:
@@ -417,23 +436,18 @@ class DeltaEngine(ABC):
         table: str,
         source: Data,
         *,
-        key: str,
-        order: Sequence[str],
-        partition_column: str,
-        partitions: Sequence[Value],
+        upsert: NewestWins,
         metadata: Mapping[str, Any],
         app_transaction: AppTransaction | None,
     ) -> HistoryEntry | None:
-        """Newest wins, by `key`, in the `partitions` named (values of the table's one
-        partition column): a source row (every column of the table) replaces each row of
-        its key that it sorts after by `order` (lexicographic, SQL's comparison), is
-        inserted when no row holds its key, and is dropped otherwise. A MERGE here; an
-        engine may do it another way with the same result."""
+        """`upsert` of `source` (every column of the table): a MERGE here; an engine may
+        do it another way with the same result."""
+        on, clauses = upsert.as_merge()
         return self.merge(
             table,
             source,
-            on=is_in(f"t.{partition_column}", partitions) & matches(key),
-            clauses=[WhenMatchedUpdate(condition=SortsAfter(tuple(order))), WhenNotMatchedInsert()],
+            on=on,
+            clauses=clauses,
             metadata=metadata,
             app_transaction=app_transaction,
         )

@@ -435,29 +435,18 @@ class Lakehouse(dg.ConfigurableResource):
         table: str,
         source: port.Data,
         *,
-        key: str,
-        order: Sequence[str],
-        partition_column: str,
-        partitions: Sequence[Value],
+        upsert: port.NewestWins,
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None = None,
     ) -> port.CommitResult:
-        """Newest wins by `key` in the `partitions` named: each source row replaces the
-        rows of its key it sorts after by `order`, is inserted where no row holds its key,
-        and is dropped where a row of its key sorts after it or equals it
-        (`DeltaEngine.upsert_newest`)."""
+        """Newest wins by key, in the partitions `upsert` names: each source row replaces
+        the rows of its key it sorts after, is inserted where no row holds its key, and
+        is dropped where a row of its key sorts after it or equals it (`NewestWins`)."""
         return self._commit(
             table,
             metadata,
             lambda uri, meta: self._delta().upsert_newest(
-                uri,
-                source,
-                key=key,
-                order=order,
-                partition_column=partition_column,
-                partitions=partitions,
-                metadata=meta,
-                app_transaction=app_transaction,
+                uri, source, upsert=upsert, metadata=meta, app_transaction=app_transaction
             ),
         )
 

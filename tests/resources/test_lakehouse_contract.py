@@ -16,6 +16,7 @@ from resources.lakehouse import (
     AppTransaction,
     ChangesUnavailableError,
     LakehouseError,
+    NewestWins,
     StaleWriteError,
     Stream,
     VersionUnavailableError,
@@ -834,13 +835,11 @@ def by_spark(lake: Lakehouse, table: str) -> list[tuple]:
 
 
 def upsert(lake: Lakehouse, table: str, batch: list, days: list[int]):
+    days_named = tuple(dt.date(2024, 1, d) for d in days)
     return lake.upsert_newest(
         table,
         versions(batch),
-        key="key",
-        order=("at", "name"),
-        partition_column="day",
-        partitions=[dt.date(2024, 1, d) for d in days],
+        upsert=NewestWins("key", ("at", "name"), "day", days_named),
         metadata=META,
     )
 

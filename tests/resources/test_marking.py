@@ -12,13 +12,14 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from resources import Lakehouse
-from resources.lakehouse import marking
+from resources.lakehouse import NewestWins, marking
 from resources.lakehouse.delta_rs import _files_selected
 from resources.lakehouse.predicates import Compare, is_in
 
 META = {"dagster_run_id": "test-run"}
 DAY = dt.date(2024, 1, 1)
 PROPERTIES = {"delta.enableDeletionVectors": "true"}
+UPSERT = NewestWins("key", ("at",), "day", (DAY,))
 
 
 @pytest.fixture
@@ -61,9 +62,7 @@ def test_a_commit_that_lost_its_version_is_refused_and_leaves_no_file(lake):
             stale,
             events([("a", at + dt.timedelta(hours=1)), ("d", at)]),
             _files_selected(stale, is_in("day", [DAY]))[1],
-            key="key",
-            order=("at",),
-            partition_column="day",
+            upsert=UPSERT,
             commit_info={},
             app_transaction=None,
         )
@@ -83,10 +82,7 @@ def test_the_bounds_of_a_new_file_hold_every_timestamp_it_has(lake):
     lake.upsert_newest(
         "e",
         events([("a", high), ("b", low)]),
-        key="key",
-        order=("at",),
-        partition_column="day",
-        partitions=[DAY],
+        upsert=UPSERT,
         metadata=META,
     )
     for bound in (low, high):
@@ -112,9 +108,7 @@ def test_a_table_whose_features_it_does_not_keep_is_merged(lake):
             DeltaTable(lake.uri("e")),
             events([("a", at + dt.timedelta(hours=1))]),
             _files_selected(DeltaTable(lake.uri("e")), is_in("day", [DAY]))[1],
-            key="key",
-            order=("at",),
-            partition_column="day",
+            upsert=UPSERT,
             commit_info={},
             app_transaction=None,
         )
@@ -123,10 +117,7 @@ def test_a_table_whose_features_it_does_not_keep_is_merged(lake):
     result = lake.upsert_newest(
         "e",
         events([("a", at + dt.timedelta(hours=1))]),
-        key="key",
-        order=("at",),
-        partition_column="day",
-        partitions=[DAY],
+        upsert=UPSERT,
         metadata=META,
     )
     assert result.metrics["rows_updated"] == 1
