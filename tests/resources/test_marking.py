@@ -123,3 +123,34 @@ def test_a_table_whose_features_it_does_not_keep_is_merged(lake):
     assert result.metrics["rows_updated"] == 1
     changes = lake.changes("e", after=0, until=result.version)
     assert sorted(changes["_change_type"].to_pylist()) == ["update_postimage", "update_preimage"]
+
+
+def test_a_writer_that_read_a_file_before_it_was_marked_cannot_commit_over_the_marks(lake):
+    """The commit removes and adds again each file it marks, as Delta Spark's does, so a
+    compaction that read the file before is refused by delta-rs's conflict check, where
+    it would otherwise write the marked rows back; made again, it keeps them out."""
+    at = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    for part in range(3):
+        lake.append(
+            "e",
+            events([(f"k{part}a", at), (f"k{part}b", at)]),
+            metadata=META,
+            partition_by=["day"],
+            table_properties=PROPERTIES,
+        )
+    stale = DeltaTable(lake.uri("e"))
+    later = at + dt.timedelta(hours=1)
+    lake.upsert_newest("e", events([("k0a", later), ("k1a", later)]), upsert=UPSERT, metadata=META)
+    expected = sorted(
+        [("k0a", later), ("k1a", later)] + [(k, at) for k in ("k0b", "k1b", "k2a", "k2b")]
+    )
+
+    def content() -> list[tuple]:
+        rows = lake.read_arrow("e")
+        return sorted(zip(rows["key"].to_pylist(), rows["at"].to_pylist(), strict=True))
+
+    with pytest.raises(CommitFailedError, match="concurrent transaction deleted data"):
+        stale.optimize.compact()
+    assert content() == expected
+    lake.compact("e", metadata=META)
+    assert content() == expected and lake.count("e") == 6
