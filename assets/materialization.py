@@ -121,6 +121,9 @@ def _summary(
             ("rows_deleted", "deleted"),
         )
     )
+    marked = metrics.get("files_marked", 0)
+    if marked:
+        changed += f" ({marked:,} file(s) kept, their replaced rows marked deleted)"
     why = f"from {source_files} source file(s), digest `{digest[:12]}`" if digest else ""
     return dg.MetadataValue.md(
         f"**{operation}** on {where}`{table}`: {outcome}.  \nRows {changed}. {why}".rstrip()

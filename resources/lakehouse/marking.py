@@ -105,6 +105,7 @@ def upsert(
             vectors.write()
             written.append(vectors.path)
         adds = _new_files(root, winners, delta, partition_column, written)
+        regrown = sum(1 for a in marks if "deletionVector" in a.get("remove", {}))
         metrics = {
             "numSourceRows": source.num_rows,
             "numTargetRowsInserted": inserted,
@@ -113,7 +114,11 @@ def upsert(
             "numTargetRowsCopied": 0,
             "numTargetFilesAdded": len(adds),
             "numTargetFilesRemoved": 0,
+            # As Delta Spark counts them: every vector written is added; one in place of
+            # the file's old vector is updated as well, and the old one removed.
             "numTargetDeletionVectorsAdded": len(marks) // 2,
+            "numTargetDeletionVectorsUpdated": regrown,
+            "numTargetDeletionVectorsRemoved": regrown,
         }
         commit = _commit(commit_info, version, metrics, app_transaction, marks + adds)
         _put(root, version + 1, commit)

@@ -143,7 +143,8 @@ class CommitResult:
     """What one commit did: the table version it created and its operation metrics.
 
     `metrics` uses one vocabulary across engines (rows_inserted, rows_updated,
-    rows_deleted, rows_copied, files_added, files_removed); `engine_metrics` keeps the
+    rows_deleted, rows_copied, files_added, files_removed, files_marked: files left in
+    place with rows marked deleted); `engine_metrics` keeps the
     engine's own names and every other figure it reported.
     """
 
@@ -294,6 +295,11 @@ METRIC_NAMES: Mapping[str, str] = {
     "numRemovedFiles": "files_removed",
     "numRestoredFiles": "files_added",
 }
+FILES_MARKED = frozenset({"numTargetDeletionVectorsAdded", "numDeletionVectorsAdded"})
+"""Metrics of the deletion vectors a commit wrote, one per file that kept its place and
+had rows marked deleted (Delta Spark counts a vector that replaces a file's old one as
+added too, and also as updated): our `files_marked`, of a MERGE, UPDATE or DELETE on a
+table with deletion vectors (Delta Spark's, the delta-rs engine's `marking`)."""
 
 
 def normalize_metrics(engine_metrics: Mapping[str, Any], operation: str) -> dict[str, int]:
@@ -305,11 +311,12 @@ def normalize_metrics(engine_metrics: Mapping[str, Any], operation: str) -> dict
             "rows_copied",
             "files_added",
             "files_removed",
+            "files_marked",
         ),
         0,
     )
     for name, value in engine_metrics.items():
-        ours = METRIC_NAMES.get(name)
+        ours = "files_marked" if name in FILES_MARKED else METRIC_NAMES.get(name)
         if ours is None:
             continue
         # Spark's MERGE reports numOutputRows = inserted + updated + copied: only a plain

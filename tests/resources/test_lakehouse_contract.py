@@ -894,6 +894,7 @@ def test_upsert_newest_keeps_per_key_the_version_that_sorts_last(lake, marks):
     ]
     assert kept(lake, "v") == by_spark(lake, "v") == expected
     assert (result.metrics["rows_updated"], result.metrics["rows_inserted"]) == (2, 2)
+    assert result.metrics["files_marked"] == (2 if marks else 0)  # day 1's file and day 2's
     commit = Path(lake.uri("v")) / "_delta_log" / f"{result.version:020d}.json"
     assert ('"deletionVector":{' in commit.read_text()) == marks
     assert (before <= set(DeltaTable(lake.uri("v")).file_uris())) == marks
@@ -920,7 +921,8 @@ def test_upsert_newest_marks_a_file_again_and_the_marks_survive_checkpoints_comp
     for step, (writer, key) in enumerate(
         ((lake, "k0"), (lake.on_spark(), "k3"), (lake, "k4")), start=2
     ):
-        upsert(writer, "v", [(key, step, 2, "b")], days=[1, step])
+        marked = upsert(writer, "v", [(key, step, 2, "b")], days=[1, step])
+        assert marked.metrics["files_marked"] == 1  # day 1's file: a vector, then grown
     expected = sorted(
         [("k0", 2, 2, "b"), ("k3", 3, 2, "b"), ("k4", 4, 2, "b")]
         + [(f"k{i}", 1, 1, "a") for i in (1, 2, 5)]

@@ -83,6 +83,23 @@ def test_a_clean_batch_is_staged_audited_and_published(lakehouse, write_batch, r
     assert published["delta_version"].value == lakehouse.version(USER_EVENTS)
 
 
+def test_a_published_version_that_moves_a_row_says_its_old_file_was_marked(
+    lakehouse, write_batch, run_batch
+):
+    """A newer version a month later moves its event out of its day: the publish marks
+    the old row (the file stays, with a deletion vector) and its materialization says so,
+    beside the row it updated."""
+    write_batch("b1", [event("e1"), event("e2")])
+    write_batch("b2", [event("e1", ts="2024-06-01T10:00:00+00:00")])
+    assert run_batch("b1").success
+    result = run_batch("b2")
+    assert result.success
+    published = result.asset_materializations_for_node("user_events")[0].metadata
+    assert (published["rows_updated"].value, published["files_marked"].value) == (1, 1)
+    assert "1 file(s) kept, their replaced rows marked deleted" in published["summary"].value
+    assert lakehouse.count(USER_EVENTS) == 2
+
+
 @pytest.mark.long_on_delta_spark
 @pytest.mark.parametrize(
     "bad_time",
