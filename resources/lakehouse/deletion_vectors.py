@@ -97,12 +97,18 @@ def newest_adds(table_uri: str, version: int, *, whole: bool = True) -> dict[str
     return newest
 
 
-def _local_log(table_uri: str) -> Path | None:
+def local_root(table_uri: str) -> Path | None:
+    """The folder of a table on a local disk; None for an object store."""
     parsed = urlparse(table_uri)
     if parsed.scheme not in ("", "file"):
         return None
-    log = Path(unquote(parsed.path) if parsed.scheme else table_uri) / "_delta_log"
-    return log if log.is_dir() else None
+    return Path(unquote(parsed.path) if parsed.scheme else table_uri)
+
+
+def _local_log(table_uri: str) -> Path | None:
+    root = local_root(table_uri)
+    log = None if root is None else root / "_delta_log"
+    return log if log is not None and log.is_dir() else None
 
 
 def _checkpoint_at_most(names: set[str], version: int) -> tuple[int, list[str]] | None:

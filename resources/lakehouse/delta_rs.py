@@ -40,6 +40,7 @@ from resources.lakehouse.predicates import (
     Value,
     identifier,
     is_in,
+    partition_text,
     render,
 )
 
@@ -77,13 +78,17 @@ def _commit_properties(
     # Stored as `userMetadata`, the commitInfo field Spark writes too, so history reads the
     # same under both engines.
     return CommitProperties(
-        custom_metadata={"userMetadata": json.dumps(dict(metadata), sort_keys=True, default=str)},
+        custom_metadata={"userMetadata": _user_metadata(metadata)},
         app_transactions=(
             [Transaction(app_transaction.app_id, app_transaction.version)]
             if app_transaction
             else None
         ),
     )
+
+
+def _user_metadata(metadata: Mapping[str, Any]) -> str:
+    return json.dumps(dict(metadata), sort_keys=True, default=str)
 
 
 DEFAULT_CHECKPOINT_INTERVAL = 100
@@ -500,7 +505,7 @@ class DeltaRsEngine(port.DeltaEngine):
                     upsert=upsert,
                     commit_info={
                         "operationParameters": {"predicate": on.render("datafusion")},
-                        "userMetadata": json.dumps(dict(metadata), sort_keys=True, default=str),
+                        "userMetadata": _user_metadata(metadata),
                     },
                     app_transaction=app_transaction,
                 )
@@ -575,7 +580,7 @@ class DeltaRsEngine(port.DeltaEngine):
         filters = None
         if partition:
             # delta-rs takes partition filters as (column, op, string value) triples.
-            filters = [(column, "=", _partition_value(v)) for column, v in partition.items()]
+            filters = [(column, "=", partition_text(v)) for column, v in partition.items()]
         target = self._table(table)
         target.optimize.compact(
             partition_filters=filters,
@@ -711,15 +716,6 @@ def _own_commit(
         if entry.metadata.get("commit_token") == metadata.get("commit_token"):
             return entry
     return None
-
-
-def _partition_value(value: Value) -> str:
-    """Delta stores partition values as strings; render one the way the log holds it."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dt.date | dt.datetime):
-        return value.isoformat()
-    return str(value)
 
 
 def _parse_user_metadata(raw: str | None) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +51,7 @@ from deltalake.exceptions import CommitFailedError
 
 from resources.lakehouse import deletion_vectors
 from resources.lakehouse.port import AppTransaction, NewestWins
+from resources.lakehouse.predicates import partition_text
 
 KNOWN_WRITER_FEATURES = frozenset(
     {"deletionVectors", "invariants", "appendOnly", "timestampNtz", "variantType"}
@@ -80,7 +81,7 @@ def upsert(
     the table is not one this module writes (nothing is written then). Raises
     CommitFailedError when another commit took version v + 1."""
     key, order, partition_column = upsert.key, upsert.order, upsert.partition_column
-    root = _local_root(delta.table_uri)
+    root = deletion_vectors.local_root(delta.table_uri)
     if root is None or not _writable(delta, partition_column, source):
         return None
     if pc.count_distinct(source[key]).as_py() != source.num_rows:
@@ -90,8 +91,8 @@ def upsert(
     paths = [unquote(path) for path in files["path"].to_pylist()]
     if added is None or any(path not in added for path in paths):
         return None
-    texts = [_text(v) for v in pc.unique(source[partition_column]).to_pylist() if v is not None]
-    if not all(_PLAIN_VALUE.match(text) for text in texts):
+    values = pc.unique(source[partition_column]).to_pylist()
+    if not all(_PLAIN_VALUE.match(partition_text(v)) for v in values if v is not None):
         return None  # a folder name to escape, as every reader agrees: left to the MERGE
     deleted: dict[int, np.ndarray] = {}
     stored = _stored_rows(root, paths, added, source.select([key, order[0]]), deleted)
@@ -127,13 +128,6 @@ def upsert(
             path.unlink(missing_ok=True)
         raise
     return version + 1
-
-
-def _local_root(table_uri: str) -> Path | None:
-    parsed = urlparse(table_uri)
-    if parsed.scheme not in ("", "file"):
-        return None
-    return Path(unquote(parsed.path) if parsed.scheme else table_uri)
 
 
 def _writable(delta: DeltaTable, partition_column: str, source: pa.Table) -> bool:
@@ -315,12 +309,6 @@ def _marks(
     return actions
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return value.isoformat() if hasattr(value, "isoformat") else str(value)
-
-
 def _loose(stats: str | None, files: pa.Table, index: int) -> str:
     """A marked file's statistics: as they were, but no longer tight (its minimum and
     maximum may belong to rows now deleted), so no reader answers a MIN, MAX or COUNT
@@ -350,7 +338,7 @@ def _new_files(
             if value is None
             else pc.equal(winners[partition_column], value)
         )
-        text = None if value is None else _text(value)
+        text = None if value is None else partition_text(value)
         folder = f"{partition_column}={'__HIVE_DEFAULT_PARTITION__' if text is None else text}"
         relative = f"{folder}/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
         data = rows.select(data_schema.names).cast(data_schema)

@@ -40,6 +40,15 @@ def identifier(column: str) -> str:
     return column
 
 
+def partition_text(value: Value) -> str:
+    """A partition value as Delta's log and folder names hold it (a string)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dt.date | dt.datetime):
+        return value.isoformat()
+    return str(value)
+
+
 def sql_literal(value: Value, *, dialect: Dialect) -> str:
     """Render one data value as a SQL literal of the given dialect."""
     # bool before int: bool is a subclass of int.
