@@ -3,11 +3,14 @@
 //! `assets/warehouse/events_source.py` otherwise asks of Spark for each line (parse it as
 //! a VARIANT, look up, type and check its fields, read its instants, write its payload
 //! back as JSON, derive its key and digest), for the lines that are events and that it
-//! reads as Spark does, to the byte. Every other line is left for Spark to read.
+//! reads as Spark does, to the byte. Every other line is left for Spark to read. And
+//! the SHA-256 of each text of a column (`sha256_texts`), for the keys of `user_events`'
+//! index.
 //!
 //! Columns come in and go out as Arrow buffers: a validity of one byte per row (0 or 1),
 //! and a column of UTF-8 text as its 32-bit offsets and its bytes.
 
+mod digests;
 mod event;
 mod instant;
 mod json;
@@ -177,9 +180,25 @@ fn split_lines(py: Python<'_>, data: PyBuffer<u8>) -> PyResult<(usize, Column, C
     ))
 }
 
+/// The SHA-256 digest of each of `rows` texts of an Arrow column (`offsets` 32-bit, from
+/// row `first`; `bytes`), 32 bytes a row, in order (`digests::of_texts`).
+#[pyfunction]
+fn sha256_texts(
+    py: Python<'_>,
+    rows: usize,
+    first: usize,
+    offsets: PyBuffer<u8>,
+    bytes: PyBuffer<u8>,
+) -> PyResult<Py<PyBytes>> {
+    let digests = digests::of_texts(bytes_of(&offsets)?, bytes_of(&bytes)?, first, rows)
+        .map_err(PyValueError::new_err)?;
+    Ok(PyBytes::new(py, &digests).unbind())
+}
+
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(read_events, module)?)?;
     module.add_function(wrap_pyfunction!(split_lines, module)?)?;
+    module.add_function(wrap_pyfunction!(sha256_texts, module)?)?;
     Ok(())
 }
