@@ -95,8 +95,15 @@ COLUMNS: dict[str, str] = {
     "user_events_staging.event_date": "The UTC day of `event_timestamp` (the staging table "
     "is partitioned by `batch_id`).",
     "key_hash": "The event key's hash: the first 8 bytes of its SHA-256, as a signed integer.",
-    "user_events_key_index.event_date": "A day whose partition of `user_events` may hold "
-    "the row of a key of this hash.",
+    "key_check": "The next 8 bytes of the key's SHA-256: with `key_hash`, 128 bits that tell "
+    "keys apart.",
+    "user_events_key_index.event_date": "The day (partition of `user_events`) the row is in.",
+    "user_events_key_index.file": "The row's file: the first 8 bytes of the SHA-256 of its "
+    "path in the table's folder, as a signed integer (null on an object store).",
+    "user_events_key_index.row": "The row's position in its file, from 0: where a deletion "
+    "vector marks it (null on an object store).",
+    "user_events_key_index.event_timestamp": "The row's `event_timestamp`, which orders its "
+    "versions first (null on an object store).",
     "content_digest": "SHA-256 of the event's op and payload: breaks ties of time.",
     # Enriched runs (load manifest).
     "event_type": "The event's kind: it names the warehouse table the event loads into.",

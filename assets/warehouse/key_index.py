@@ -1,100 +1,179 @@
-"""The record-level index of `user_events`: for every event key, the days (`event_date`
-partitions) that may hold its row, so a batch's MERGE reads the days its keys live in
-plus its own days, however far apart the versions of one event lie.
+"""The record-level index of `user_events`: for every row, where it lies (its day, its
+file and its position in the file) and the time that orders its versions first, so a
+batch's publish finds the stored rows of its keys without reading a data file, however
+far apart the versions of one event lie: its MERGE reads the days those rows are in plus
+the batch's own, and where the engine marks rows (`resources/lakehouse/marking.py`) it
+marks them at their positions.
 
 Delta has no secondary index (Hudi's record-level index is the model), so this one is
-written here, as a control table `user_events_key_index` of (`key_hash`, `event_date`)
-pairs, written in the process (delta-rs) whatever the engine. `key_hash` is a 64-bit hash
-of the event key (`key_hashes`), not the key: a lookup scans the index, and 8 bytes per
-key in place of a 64-character id (what producers send) takes that scan at 10M pairs
-from about 650 to 240 ms.
+written here, as a control table `user_events_key_index`, written in the process
+(delta-rs) whatever the engine. A row's key is held as 128 bits of its SHA-256
+(`key_hash`, the first 8 bytes, which a lookup filters on, and `key_check`, the next 8):
+a lookup scans the index, and 8 bytes per key in place of a 64-character id (what
+producers send) take that scan at 10M entries from about 650 to 240 ms, while two keys
+sharing 128 bits is too unlikely to guard against. A row's file is a 64-bit hash of its
+path (`file_hash`). On an object store, whose files this process does not read one by
+one, the index holds keys and days only (`file`, `row` and `event_timestamp` null).
 
-What it promises: the day holding each key's row in `user_events` is among the days of
-the key's hash. It may hold more (a key whose row moved keeps its old day until the
-index is rebuilt; two keys whose hashes collide share their days), which costs a MERGE
-an extra day, never a wrong result.
+What it promises: every live row of `user_events` at the version it describes has an
+entry with its day and, on a local disk, its file and position. It may hold more: entries
+of rows deleted or moved since (their file has left the table, or its deletion vector
+marks them), which a lookup leaves out, and hash twins, which cost a MERGE a day, never a
+wrong result.
 
 How it keeps that promise across failures and other writers: the index records, as the
 Delta app transaction `DESCRIBES`, the version of `user_events` it describes.
-- After a publish commits version m of `user_events`, the batch's keys and days are
-  appended to the index with app transaction m. A batch's key ends in its own day or in
-  the day it already had, so every row stays covered.
+- After a publish commits version m of `user_events`, the rows of the files that commit
+  brought in (the batch's winners, and any file a MERGE wrote again) are appended to the
+  index with app transaction m; on an object store, the batch's keys and days.
 - Before a lookup, `described_version` checks that every commit of `user_events` after
-  the one the index describes leaves rows where they were (OPTIMIZE, VACUUM). Anything
-  else (a publish whose append failed, a RESTORE, a write outside the publish) and the
-  index is rebuilt from the table's key and day columns, with app transaction the version
-  read. A failure between the two commits therefore costs one rebuild, never a row.
+  the one the index describes leaves rows in their days (OPTIMIZE, VACUUM), and indexes
+  the files they brought in (a compaction's). Anything else (a publish whose append
+  failed, a RESTORE, a write outside the publish) and the index is rebuilt from the
+  table's rows, with app transaction the version read. A failure between the two
+  commits therefore costs one rebuild, never a row.
 - A rebuild reads every key, so it also checks the table's own promise, one row per
   event: key hashes that more than one row holds are handed to a repair (the publish's
   `staging_merge.OneRowPerKey`) before the index is written. A RESTORE or a write outside the
   publish that left a key two rows is repaired by the next rebuild; and when the repair
   fails, the index is not written, so the rebuild and the repair come again at the next
   lookup.
-- When the index holds more than `REBUILD_FACTOR` pairs per row of `user_events`, it is
-  rebuilt to one pair per row; every `COMPACT_EVERY` appends its files are bin-packed.
-- The app id also names the index's format. An index of an earlier format (event ids in
-  place of hashes) records no transaction under it, so the first lookup rebuilds it, the
-  new columns replacing the old in the rebuild's one commit.
+- When the index holds more than `REBUILD_FACTOR` entries per row of `user_events`, it is
+  rebuilt to one entry per row; every `COMPACT_EVERY` appends its files are bin-packed.
+- The app id also names the index's format. An index of an earlier format (without
+  positions, or with event ids in place of hashes) records no transaction under it, so
+  the first lookup rebuilds it, the new columns replacing the old in the rebuild's one
+  commit.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from event_lines.digests import sha256
 from pyspark.sql import functions as F
 
 from resources import Lakehouse
 from resources.lakehouse import AppTransaction, StaleWriteError
+from resources.lakehouse.frames import is_arrow
+from resources.lakehouse.located import PATH, ROW
 from resources.lakehouse.predicates import Sha256, is_in
+from resources.object_store import is_object_store
+
+if TYPE_CHECKING:
+    from resources.lakehouse.port import Data
 
 USER_EVENTS = "user_events"
 KEY_INDEX = "user_events_key_index"
-DESCRIBES = "user_events/key_sha256"
+DESCRIBES = "user_events/key_sha256_rows"
 """App id under which the index records the version of `user_events` it describes, and
-so its format: key hashes taken from `KEY_DIGEST`. A change of the hash must change it."""
-SCHEMA = pa.schema([pa.field("key_hash", pa.int64()), pa.field("event_date", pa.date32())])
+so its format: entries of `SCHEMA`, key hashes taken from `KEY_DIGEST`. A change of
+either must change it."""
+UTC_MICROS = pa.timestamp("us", tz="UTC")
+SCHEMA = pa.schema(
+    [
+        pa.field("key_hash", pa.int64()),
+        pa.field("key_check", pa.int64()),
+        pa.field("event_date", pa.date32()),
+        pa.field("file", pa.int64()),
+        pa.field("row", pa.int64()),
+        pa.field("event_timestamp", UTC_MICROS),
+    ]
+)
+ROW_COLUMNS = ("event_id", "event_timestamp", "event_date")
+"""What an entry is made from: a row's key, the time that orders its versions first,
+and its day."""
 ROWS_STAY = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
 """Operations of `user_events` after which every row is in the day it was in before."""
 REBUILD_FACTOR = 2
 COMPACT_EVERY = 32
 Repair = Callable[[int, pa.Table], int | None]
-"""Given a version of `user_events` and the index's pairs, at that version, of the key
+"""Given a version of `user_events` and the index's entries, at that version, of the key
 hashes more than one row holds: keeps each key's winning row, in one commit whose version
 it returns, or returns None when no key holds two rows (only hashes of different keys
 collide)."""
 KEY_DIGEST = Sha256("event_id")
 """What a key's hash is taken from: the SHA-256 of its UTF-8 bytes, which Spark computes
-for a batch and delta-rs for a rebuild (both in native code, where hashing 10M keys one
-by one in Python took 6 s of a 12 s rebuild)."""
+for a batch, and this process for a rebuild (`event_lines.digests`, native, where
+hashing 10M keys one by one in Python took 6 s)."""
 
 
-def key_hashes(digests: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Each key's hash: the first 8 bytes of its SHA-256 digest (`KEY_DIGEST`), read as
-    a big-endian signed integer."""
+def key_hashes(digests: pa.Array | pa.ChunkedArray, *, word: int = 0) -> pa.Array:
+    """Each key's hash: the 8 bytes at `word` (0: `key_hash`, 1: `key_check`) of its
+    SHA-256 digest (`KEY_DIGEST`), read as a big-endian signed integer."""
     whole = digests.combine_chunks() if isinstance(digests, pa.ChunkedArray) else digests
     fixed = whole.cast(pa.binary(32))
     words = np.frombuffer(fixed.buffers()[1], dtype=">i8", count=4 * (fixed.offset + len(fixed)))
-    return pa.array(words[4 * fixed.offset :: 4].astype(np.int64))
+    return pa.array(words[4 * fixed.offset + word :: 4].astype(np.int64))
 
 
-def batch_pairs(events: DataFrame) -> pa.Table:
-    """The index's (`key_hash`, `event_date`) pairs of a batch of events."""
-    digests = events.select(
-        F.expr(KEY_DIGEST.render("spark")).alias("key_digest"), "event_date"
-    ).toArrow()
-    return _pairs(digests)
+def file_hash(path: str) -> int:
+    """The `file` of an entry: the first 8 bytes of the SHA-256 of its file's path (as
+    `located.PATH` holds it), big-endian and signed."""
+    return int.from_bytes(hashlib.sha256(path.encode()).digest()[:8], "big", signed=True)
 
 
-def _pairs(digests_and_days: pa.Table) -> pa.Table:
+def batch_keys(events: Data) -> pa.Table:
+    """A batch's `event_id`, `key_hash`, `key_check` and `event_date`: hashed here when
+    the batch is Arrow, by Spark when it is a DataFrame."""
+    if is_arrow(events):
+        rows = events if isinstance(events, pa.Table) else events.read_all()
+        digests = sha256(rows["event_id"])
+        ids, days = rows["event_id"], rows["event_date"]
+    else:
+        read = events.select(
+            "event_id", F.expr(KEY_DIGEST.render("spark")).alias("key_digest"), "event_date"
+        ).toArrow()
+        digests, ids, days = read["key_digest"], read["event_id"], read["event_date"]
+    return pa.table(
+        {
+            "event_id": ids,
+            "key_hash": key_hashes(digests),
+            "key_check": key_hashes(digests, word=1),
+            "event_date": days.cast(pa.date32()),
+        }
+    )
+
+
+def _unplaced(keys_and_days: pa.Table) -> pa.Table:
+    """Entries of keys and days without a place (an object store's)."""
+    rows = keys_and_days.num_rows
     return pa.table(
         [
-            key_hashes(digests_and_days["key_digest"]),
-            digests_and_days["event_date"].cast(pa.date32()),
+            keys_and_days["key_hash"],
+            keys_and_days["key_check"],
+            keys_and_days["event_date"].cast(pa.date32()),
+            pa.nulls(rows, pa.int64()),
+            pa.nulls(rows, pa.int64()),
+            pa.nulls(rows, UTC_MICROS),
+        ],
+        schema=SCHEMA,
+    )
+
+
+def placed(rows: pa.Table) -> pa.Table:
+    """Entries of rows read where they lie (`Lakehouse.located_rows` of `ROW_COLUMNS`)."""
+    if not rows.num_rows:
+        return SCHEMA.empty_table()
+    digests = sha256(rows["event_id"])
+    paths = rows[PATH].combine_chunks()
+    if not pa.types.is_dictionary(paths.type):
+        paths = paths.dictionary_encode()
+    hashes = np.array([file_hash(p) for p in paths.dictionary.to_pylist()], np.int64)
+    return pa.table(
+        [
+            key_hashes(digests),
+            key_hashes(digests, word=1),
+            rows["event_date"].cast(pa.date32()),
+            pa.array(hashes[paths.indices.to_numpy()]),
+            rows[ROW].cast(pa.int64()),
+            rows["event_timestamp"].cast(UTC_MICROS),
         ],
         schema=SCHEMA,
     )
@@ -102,13 +181,16 @@ def _pairs(digests_and_days: pa.Table) -> pa.Table:
 
 def described_version(lakehouse: Lakehouse, metadata: Mapping[str, Any], *, repair: Repair) -> int:
     """The current version of `user_events` (which must exist), after making sure the
-    index covers it: rebuilt (`rebuild`, with `repair`) when a commit since the version
-    it describes may have put a row in a day the index does not name."""
+    index covers it: the files of compactions since the version it describes indexed,
+    or the index rebuilt (`rebuild`, with `repair`) when a commit since may have put a
+    row where the index does not say."""
     current = lakehouse.version(USER_EVENTS)
     if current is None:
         raise ValueError(f"{USER_EVENTS} does not exist: nothing to index")
     described = _described(lakehouse)
     if described is None or not rows_stayed(lakehouse, described, current):
+        return rebuild(lakehouse, current, metadata, repair=repair)
+    if described < current and not _index_added(lakehouse, described, current, metadata):
         return rebuild(lakehouse, current, metadata, repair=repair)
     return current
 
@@ -142,48 +224,72 @@ def rows_moved(lakehouse: Lakehouse, before: int, merged: int) -> bool:
 def rebuild(
     lakehouse: Lakehouse, version: int, metadata: Mapping[str, Any], *, repair: Repair
 ) -> int:
-    """The index made anew from `user_events` at `version`, one pair per row, once
+    """The index made anew from `user_events` at `version`, one entry per row, once
     `repair` kept one row of every key that more than one row holds; returns the version
     the index describes: `version`, or the repair's commit."""
-    pairs = _read_pairs(lakehouse, version)
-    while (shared := _shared(pairs)).num_rows:
+    entries = _read_entries(lakehouse, version)
+    while (shared := _shared(entries)).num_rows:
         repaired = repair(version, shared)
         if repaired is None:
             break  # only hashes of different keys collide
-        # The repair took rows away only: when nothing committed before it, the pairs
-        # read still cover the table (an extra day for each row it took).
-        covered, version = repaired == version + 1, repaired
-        if covered:
-            break
-        pairs = _read_pairs(lakehouse, version)
-    _write(lakehouse, pairs, version, metadata)
+        # The repair wrote its days again: their rows lie in new files.
+        version = repaired
+        entries = _read_entries(lakehouse, version)
+    _write(lakehouse, entries, version, metadata)
     return version
 
 
-def _read_pairs(lakehouse: Lakehouse, version: int) -> pa.Table:
-    return _pairs(
-        lakehouse.read_arrow(
-            USER_EVENTS,
-            version=version,
-            columns=["event_date"],
-            computed={"key_digest": KEY_DIGEST},
+def _read_entries(lakehouse: Lakehouse, version: int) -> pa.Table:
+    if not is_object_store(lakehouse.root):
+        rows = lakehouse.located_rows(USER_EVENTS, version=version, columns=ROW_COLUMNS)
+        if rows is not None:
+            return placed(rows)
+    read = lakehouse.read_arrow(
+        USER_EVENTS,
+        version=version,
+        columns=["event_date"],
+        computed={"key_digest": KEY_DIGEST},
+    )
+    return _unplaced(
+        pa.table(
+            {
+                "key_hash": key_hashes(read["key_digest"]),
+                "key_check": key_hashes(read["key_digest"], word=1),
+                "event_date": read["event_date"],
+            }
         )
     )
 
 
-def _shared(pairs: pa.Table) -> pa.Table:
-    """The pairs of the key hashes that more than one pair holds (sorted, 10M hashes take
-    0.9 s, where a hash table took 2 s)."""
-    hashes = pairs["key_hash"].to_numpy()
+def _index_added(lakehouse: Lakehouse, after: int, upto: int, metadata: Mapping[str, Any]) -> bool:
+    """The rows of the files the commits of `user_events` in (after, upto] brought in,
+    appended to the index with app transaction `upto` (nothing to append on an object
+    store, where the index names days only, and those commits left rows in their days).
+    False when the log no longer says which files those are: the index needs a rebuild."""
+    if is_object_store(lakehouse.root):
+        entries = SCHEMA.empty_table()
+    else:
+        rows = lakehouse.located_rows(USER_EVENTS, version=upto, columns=ROW_COLUMNS, after=after)
+        if rows is None:
+            return False
+        entries = placed(rows)
+    _append(lakehouse, entries, upto, metadata)
+    return True
+
+
+def _shared(entries: pa.Table) -> pa.Table:
+    """The entries of the key hashes that more than one entry holds (sorted, 10M hashes
+    take 0.9 s, where a hash table took 2 s)."""
+    hashes = entries["key_hash"].to_numpy()
     ordered = np.sort(hashes)
     twice = ordered[1:][ordered[1:] == ordered[:-1]]
     if not len(twice):
-        return pairs.slice(0, 0)
-    return pairs.filter(pc.is_in(pairs["key_hash"], value_set=pa.array(np.unique(twice))))
+        return entries.slice(0, 0)
+    return entries.filter(pc.is_in(entries["key_hash"], value_set=pa.array(np.unique(twice))))
 
 
 def _write(
-    lakehouse: Lakehouse, pairs: pa.Table, version: int, metadata: Mapping[str, Any]
+    lakehouse: Lakehouse, entries: pa.Table, version: int, metadata: Mapping[str, Any]
 ) -> None:
     described = _described(lakehouse)
     if described is not None and described > version:
@@ -194,7 +300,7 @@ def _write(
     try:
         index.overwrite(
             KEY_INDEX,
-            pairs,
+            entries,
             metadata={**metadata, "index_rebuilt_from": version},
             # The same version again (a rebuild that only shrinks the index) keeps the
             # app transaction the table records.
@@ -205,19 +311,45 @@ def _write(
         pass  # a concurrent publish or rebuild already describes this version or a later one
 
 
-def days_holding(lakehouse: Lakehouse, hashes: pa.Array | pa.ChunkedArray) -> set:
-    """The days the index names for any of the key hashes `hashes` (see `batch_pairs`)."""
-    if not lakehouse.exists(KEY_INDEX) or not len(hashes):
-        return set()
-    found = lakehouse.read_arrow(
-        KEY_INDEX, where=is_in("key_hash", hashes.to_pylist()), columns=["event_date"]
+@dataclass(frozen=True)
+class Found:
+    """What the index says of a batch's keys (`locate`)."""
+
+    days: frozenset
+    """The days holding their rows."""
+    located: pa.Table | None
+    """Their live rows' places, as `NewestWins.located` takes them: `event_id`,
+    `event_timestamp`, `located.PATH`, `located.ROW`. None where the index holds no
+    places (an object store)."""
+
+
+def locate(lakehouse: Lakehouse, keys: pa.Table, version: int) -> Found:
+    """The rows of `user_events` at `version` (which the index describes) holding any of
+    the batch's keys (`batch_keys`)."""
+    if not lakehouse.exists(KEY_INDEX) or not keys.num_rows:
+        return Found(frozenset(), None)
+    entries = lakehouse.read_arrow(
+        KEY_INDEX, where=is_in("key_hash", keys["key_hash"].to_pylist()), columns=SCHEMA.names
+    ).join(keys.select(["key_hash", "key_check", "event_id"]), ["key_hash", "key_check"])
+    paths = None if entries["file"].null_count else lakehouse.data_paths(USER_EVENTS, version)
+    if paths is None:
+        return Found(frozenset(pc.unique(entries["event_date"]).to_pylist()), None)
+    by_hash = {file_hash(path): path for path in paths}
+    live = entries.filter(pc.is_in(entries["file"], value_set=pa.array(list(by_hash), pa.int64())))
+    located = pa.table(
+        {
+            "event_id": live["event_id"],
+            "event_timestamp": live["event_timestamp"],
+            PATH: pa.array([by_hash[h] for h in live["file"].to_pylist()], pa.string()),
+            ROW: live["row"],
+        }
     )
-    return set(pc.unique(found["event_date"]).to_pylist())
+    return Found(frozenset(pc.unique(live["event_date"]).to_pylist()), located)
 
 
 def record(
     lakehouse: Lakehouse,
-    pairs: pa.Table,
+    keys: pa.Table,
     *,
     before: int,
     merged: int,
@@ -226,23 +358,48 @@ def record(
 ) -> None:
     """After a publish moved `user_events` from version `before` to `merged`, with every
     commit in between leaving rows where they were (`rows_moved`, which the publish
-    asks first): the batch's (`key_hash`, `event_date`) pairs (`batch_pairs`) appended.
-    Skipped when the publish committed nothing, or another writer recorded first."""
+    asks first): the rows of the files those commits brought in appended (on an object
+    store, the batch's keys and days, `batch_keys`). Skipped when the publish committed
+    nothing, or another writer recorded first."""
     if merged <= before:
         return
+    if is_object_store(lakehouse.root):
+        entries = _unplaced(keys)
+    else:
+        rows = lakehouse.located_rows(
+            USER_EVENTS, version=merged, columns=ROW_COLUMNS, after=before
+        )
+        if rows is None:
+            rebuild(lakehouse, merged, metadata, repair=repair)
+            return
+        entries = placed(rows)
+    appended = _append(lakehouse, entries, merged, metadata)
+    if appended is None:
+        return
     index = lakehouse.in_process()
+    held = index.count_from_log(KEY_INDEX)
+    rows_now = lakehouse.count_from_log(USER_EVENTS, version=merged)
+    if held is not None and rows_now is not None and held > REBUILD_FACTOR * rows_now:
+        rebuild(lakehouse, merged, metadata, repair=repair)
+    elif appended % COMPACT_EVERY == 0:
+        index.compact(KEY_INDEX, metadata=metadata)
+
+
+def _append(
+    lakehouse: Lakehouse, entries: pa.Table, version: int, metadata: Mapping[str, Any]
+) -> int | None:
+    """`entries` appended to the index, which then describes `version`; the index's
+    version, or None when another writer recorded `version` or a later one first."""
     try:
-        appended = index.append(
-            KEY_INDEX,
-            pairs,
-            metadata=metadata,
-            app_transaction=AppTransaction(DESCRIBES, merged),
+        return (
+            lakehouse.in_process()
+            .append(
+                KEY_INDEX,
+                entries,
+                metadata=metadata,
+                app_transaction=AppTransaction(DESCRIBES, version),
+            )
+            .version
         )
     except StaleWriteError:
-        return
-    pairs_held = index.count_from_log(KEY_INDEX)
-    rows = lakehouse.count_from_log(USER_EVENTS, version=merged)
-    if pairs_held is not None and rows is not None and pairs_held > REBUILD_FACTOR * rows:
-        rebuild(lakehouse, merged, metadata, repair=repair)
-    elif appended.version % COMPACT_EVERY == 0:
-        index.compact(KEY_INDEX, metadata=metadata)
+        return None

@@ -18,7 +18,8 @@ replaying batches, or applying them in any order, gives one table.
 may touch: the batch's own days and the days the record-level index (`key_index`) names
 for the batch's keys. So versions of one event meet however far apart their event times
 lie, and the MERGE reads those days, not the table. A matched version that wins moves the
-row to its own day.
+row to its own day. Where the lakehouse marks the rows it replaces (delta-rs on a local
+disk), the index's places of those rows are handed over too, and no day is read.
 
 Publishes are serialized optimistically: each carries the app transaction `publish` at
 the table version its lookup saw plus one, so a publish that another one overtook
@@ -85,10 +86,10 @@ TABLE_PROPERTIES = {"delta.enableDeletionVectors": "true"}
 another day (a late version, one years apart) leaves that row's file in place with the
 row marked, where a copy-on-write MERGE rewrites the file. Both engines mark them:
 Delta Spark's MERGE, and on delta-rs the lakehouse's own commit
-(`resources/lakehouse/marking.py`), which reads the keys of the days named and writes
-the batch's rows only. Into 10M rows, a 10k batch whose older versions lie over a year
-of days published in 1.0 s marking against 3.0 s copying (delta-rs, one run each on
-the same table)."""
+(`resources/lakehouse/marking.py`), which marks the rows where the index places them
+and writes the batch's rows only. Into 10M rows, a 10k batch whose older versions lie
+over a year of days published in 1.0 s marking (reading the days' keys) against 3.0 s
+copying (delta-rs, one run each on the same table)."""
 
 
 def deduplicate(events: DataFrame) -> DataFrame:
@@ -116,10 +117,11 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
     """MERGE a deduplicated batch of events into `user_events` in one commit, pinned to
     the batch's event days and the days the index names for its keys; then record the
     batch's keys in the index."""
-    pairs = key_index.batch_pairs(staged)
-    if not pairs.num_rows:
+    source = lakehouse.in_write_form(staged.select(*TABLE_COLUMNS))
+    keys = key_index.batch_keys(source)
+    if not keys.num_rows:
         raise ValueError("a batch without events has nothing to merge")
-    batch_days = set(pairs["event_date"].to_pylist())
+    batch_days = set(keys["event_date"].to_pylist())
     lakehouse.create(
         USER_EVENTS,
         TABLE_SCHEMA,
@@ -127,17 +129,18 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
         metadata=metadata,
         table_properties=TABLE_PROPERTIES,
     )
-    source = staged.select(*TABLE_COLUMNS)
     repair = OneRowPerKey(lakehouse, metadata)
 
     def publish() -> tuple[int, MergedBatch]:
         seen = key_index.described_version(lakehouse, metadata, repair=repair)
-        days = tuple(sorted(batch_days | key_index.days_holding(lakehouse, pairs["key_hash"])))
+        found = key_index.locate(lakehouse, keys, seen)
+        days = tuple(sorted(batch_days | found.days))
         in_window, total = lakehouse.partition_files(USER_EVENTS, where=is_in("event_date", days))
+        upsert = NewestWins("event_id", VERSION_ORDER, "event_date", days, found.located)
         result = lakehouse.upsert_newest(
             USER_EVENTS,
             source,
-            upsert=NewestWins("event_id", VERSION_ORDER, "event_date", days),
+            upsert=upsert,
             metadata=metadata,
             app_transaction=AppTransaction(PUBLISH, seen + 1),
         )
@@ -155,7 +158,7 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
     else:
         key_index.record(
             lakehouse,
-            pairs,
+            keys,
             before=seen,
             merged=merged.result.version,
             metadata=metadata,

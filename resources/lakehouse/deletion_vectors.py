@@ -28,9 +28,10 @@ import json
 import os
 import re
 import struct
+import threading
 import uuid
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,24 +78,64 @@ def newest_adds(table_uri: str, version: int, *, whole: bool = True) -> dict[str
     """Per data file path (percent-decoded) of `table_uri` at `version`, its newest `add`
     (files removed since are among them: ask for the paths of the snapshot's files),
     with its vector, and with `whole` its path, partition values and statistics as
-    written too. None when the log cannot be read here (see `deleted_rows`)."""
+    written too. None when the log cannot be read here (see `deleted_rows`).
+
+    The last read of each log is kept (`_LAST_READ`): a later read at the same or a later
+    version starts from it and reads the commits after it only. A publish reads its
+    table's log three times (to mark, to count, to record), and a commit that marks a
+    year of days holds hundreds of actions."""
     log = _local_log(table_uri)
     if log is None:
         return None
     names = set(os.listdir(log))
-    checkpoint = _checkpoint_at_most(names, version)
-    if checkpoint is None:
-        return None
-    since, parts = checkpoint
-    newest: dict[str, Added] = {}
-    for part in parts:
-        _read_checkpoint(log / part, newest, whole)
+    since, newest = _last_read(log, whole, version, names)
+    if since is None:
+        checkpoint = _checkpoint_at_most(names, version)
+        if checkpoint is None:
+            return None
+        since, parts = checkpoint
+        for part in parts:
+            _read_checkpoint(log / part, newest, whole)
     for at in range(since + 1, version + 1):
         name = f"{at:020d}.json"
         if name not in names:
             return None
         _read_commit(log / name, newest, whole)
+    identity = _identity(log, version)
+    if identity is not None:
+        with _LAST_READ_LOCK:
+            _LAST_READ[(log, whole)] = (version, identity, dict(newest))
     return newest
+
+
+_LAST_READ: dict[tuple[Path, bool], tuple[int, tuple[int, int, int], dict[str, Added]]] = {}
+"""Per log (and `whole`), the version last read, the identity of its commit file, and
+what the read found."""
+_LAST_READ_LOCK = threading.Lock()
+
+
+def _last_read(
+    log: Path, whole: bool, version: int, names: set[str]
+) -> tuple[int | None, dict[str, Added]]:
+    """(the version of the last read of `log` to start from, a copy of what it found);
+    (None, {}) when there is none at or before `version`, or its commit file is not the
+    one read then (the table was dropped and made again)."""
+    with _LAST_READ_LOCK:
+        kept = _LAST_READ.get((log, whole))
+    if kept is None or kept[0] > version or f"{kept[0]:020d}.json" not in names:
+        return None, {}
+    at, identity, found = kept
+    if _identity(log, at) != identity:
+        return None, {}
+    return at, dict(found)
+
+
+def _identity(log: Path, version: int) -> tuple[int, int, int] | None:
+    try:
+        status = (log / f"{version:020d}.json").stat()
+    except FileNotFoundError:
+        return None
+    return status.st_ino, status.st_mtime_ns, status.st_size
 
 
 def local_root(table_uri: str) -> Path | None:
@@ -221,25 +262,37 @@ def deserialize(data: bytes) -> np.ndarray:
 def read_vector(table_root: Path, descriptor: dict[str, Any]) -> np.ndarray:
     """The row positions the deletion vector `descriptor` (of a file of the table in
     `table_root`) deletes, from its file or from the log (inline)."""
-    kind, where = descriptor["storageType"], descriptor["pathOrInlineDv"]
-    size = int(descriptor["sizeInBytes"])
-    if kind == "i":
-        return deserialize(_unz85(where)[:size])
-    if kind == "u":
-        prefix, uid = where[:-20], uuid.UUID(bytes=_unz85(where[-20:]))
-        path = table_root / prefix / f"deletion_vector_{uid}.bin"
-    elif kind == "p":
-        path = Path(unquote(urlparse(where).path))
-    else:
-        raise ValueError(f"unknown deletion vector storage type {kind!r}")
-    with path.open("rb") as vectors:
-        vectors.seek(int(descriptor.get("offset") or 0))
-        (stored,) = struct.unpack(">I", vectors.read(4))
-        data = vectors.read(stored)
-        (crc,) = struct.unpack(">I", vectors.read(4))
-    if stored != size or zlib.crc32(data) != crc:
-        raise ValueError(f"deletion vector at {path} is damaged (size or checksum)")
-    return deserialize(data)
+    return read_vectors(table_root, [descriptor])[0]
+
+
+def read_vectors(table_root: Path, descriptors: Sequence[dict[str, Any]]) -> list[np.ndarray]:
+    """`read_vector` of each descriptor, in order, each vector file read once: one commit
+    writes the vectors of every file it marks into one file."""
+    contents: dict[Path, bytes] = {}
+    vectors = []
+    for descriptor in descriptors:
+        kind, where = descriptor["storageType"], descriptor["pathOrInlineDv"]
+        size = int(descriptor["sizeInBytes"])
+        if kind == "i":
+            vectors.append(deserialize(_unz85(where)[:size]))
+            continue
+        if kind == "u":
+            prefix, uid = where[:-20], uuid.UUID(bytes=_unz85(where[-20:]))
+            path = table_root / prefix / f"deletion_vector_{uid}.bin"
+        elif kind == "p":
+            path = Path(unquote(urlparse(where).path))
+        else:
+            raise ValueError(f"unknown deletion vector storage type {kind!r}")
+        if path not in contents:
+            contents[path] = path.read_bytes()
+        at = int(descriptor.get("offset") or 0)
+        (stored,) = struct.unpack_from(">I", contents[path], at)
+        data = contents[path][at + 4 : at + 4 + stored]
+        crc = contents[path][at + 4 + stored : at + 8 + stored]
+        if stored != size or len(crc) != 4 or zlib.crc32(data) != struct.unpack(">I", crc)[0]:
+            raise ValueError(f"deletion vector at {path} is damaged (size or checksum)")
+        vectors.append(deserialize(data))
+    return vectors
 
 
 @dataclass

@@ -16,6 +16,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from deltalake import (
     CommitProperties,
     DeltaTable,
@@ -57,6 +58,42 @@ def _as_arrow(data: port.Data) -> pa.Table | pa.RecordBatchReader:
         [f.with_nullable(True) for f in arrow.schema], metadata=arrow.schema.metadata
     )
     return arrow if schema == arrow.schema else arrow.cast(schema)
+
+
+_LONG_LIST = 1_000
+"""Values from which an IN list is read by `_read_by_long_list`: DataFusion takes 140 ms
+to plan a query of 10,000 values (on a table of three rows), the time a scan of 10M
+rows takes."""
+
+
+def _read_by_long_list(
+    delta: DeltaTable, where: Predicate | None, columns: Sequence[str] | None
+) -> pa.Table | None:
+    """The rows whose column is among a long list of values (`_LONG_LIST`), read from the
+    snapshot's files by pyarrow, which filters by a hash set of the values: the same rows
+    as the query, when the files alone hold the table's rows. None (the query reads them)
+    for anything else: another predicate, partitions (their values are in the log, not
+    the files), deletion vectors, column mapping, or files not on a local disk."""
+    if not isinstance(where, In) or len(where.values) < _LONG_LIST:
+        return None
+    metadata, protocol = delta.metadata(), delta.protocol()
+    if (
+        metadata.partition_columns
+        or "deletionVectors" in (protocol.reader_features or ())
+        or metadata.configuration.get("delta.columnMapping.mode", "none") != "none"
+    ):
+        return None
+    uris = delta.file_uris()
+    if any("://" in uri for uri in uris):
+        return None
+    schema = pa.schema(delta.schema().to_arrow())
+    values = pa.array([v for v in where.values if v is not None], schema.field(where.column).type)
+    files = ds.dataset(uris, schema=schema, format="parquet")
+    return _plain_types(
+        files.to_table(
+            columns=list(columns) if columns else None, filter=ds.field(where.column).isin(values)
+        )
+    )
 
 
 def _plain_types(table: pa.Table) -> pa.Table:
@@ -311,10 +348,13 @@ class DeltaRsEngine(port.DeltaEngine):
             f'{expression.render("datafusion")} AS "{identifier(name)}"'
             for name, expression in (computed or {}).items()
         ]
+        delta = self._table(table, version)
+        if not computed and (found := _read_by_long_list(delta, where, columns)) is not None:
+            return found
         query = f"SELECT {', '.join(selected)} FROM t"
         if where is not None:
             query += f" WHERE {where.render('datafusion')}"
-        result = QueryBuilder().register("t", self._table(table, version)).execute(query)
+        result = QueryBuilder().register("t", delta).execute(query)
         return _plain_types(pa.table(result.read_all()))
 
     def partition_files(self, table: str, *, where: Predicate) -> tuple[int, int]:
@@ -599,6 +639,9 @@ class DeltaRsEngine(port.DeltaEngine):
             raise port.ChangesUnavailableError(table, after, until, str(e)) from e
 
     def file_uris(self, table: str, version: int) -> list[str]:
+        latest = self._latest.get(table)
+        if latest is not None and latest.version() == version:
+            return latest.file_uris()  # the snapshot at hand: no log to read again
         return self._table(table, version).file_uris()
 
     def is_commit_conflict(self, error: Exception) -> bool:

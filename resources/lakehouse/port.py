@@ -242,6 +242,13 @@ class NewestWins:
     order: tuple[str, ...]
     partition_column: str
     partitions: tuple[Value, ...]
+    located: pa.Table | None = field(default=None, compare=False)
+    """Where the rows of the source's keys lie, when the caller knows (an index of the
+    table's rows, `Lakehouse.located_rows`): `key`, `order[0]`, the file (`located.PATH`)
+    and position (`located.ROW`) of rows that include every live row of a source key in
+    the partitions, as of a version. Rows deleted since may be among them. An engine
+    that marks rows (`marking`) then reads no file to find them, and reads the
+    partitions when a file named has left the table since."""
 
     def as_merge(self) -> tuple[Predicate, list[MergeClause]]:
         """The same as a MERGE: its join and its clauses (every column from the source)."""

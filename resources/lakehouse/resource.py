@@ -17,7 +17,7 @@ from pyarrow import fs as pafs
 from pydantic import PrivateAttr
 
 from resources.catalog import Catalog
-from resources.lakehouse import port
+from resources.lakehouse import deletion_vectors, located, port
 from resources.lakehouse.frames import StagedParts, staged_parts
 from resources.lakehouse.predicates import Dialect, Predicate, Sha256, Value
 from resources.object_store import S3Storage, is_object_store, object_path
@@ -141,6 +141,29 @@ class Lakehouse(dg.ConfigurableResource):
             for uri, info in zip(uris, infos, strict=True)
             if info.type == pafs.FileType.NotFound
         ]
+
+    def located_rows(
+        self, table: str, *, version: int, columns: Sequence[str], after: int | None = None
+    ) -> pa.Table | None:
+        """`columns` of the live rows of `table` at `version` with where they lie: their
+        file (`located.PATH`) and position in it (`located.ROW`). Of all its files; with
+        `after`, of the files the commits after version `after` brought in and left
+        (`located.added_between`). A partition column comes as the log's text. None when
+        the table is not on a local disk, or its log no longer holds those commits."""
+        uri = self.uri(table)
+        if after is not None:
+            files = located.added_between(uri, after, version)
+        else:
+            paths = located.relative_paths(uri, self._delta().file_uris(uri, version))
+            adds = deletion_vectors.newest_adds(uri, version)
+            files = None if paths is None or adds is None else {p: adds[p] for p in paths}
+        return None if files is None else located.live_rows(uri, files, columns)
+
+    def data_paths(self, table: str, version: int) -> list[str] | None:
+        """The paths of `table`'s data files at `version`, as `located.PATH` holds them;
+        None when the table is not on a local disk."""
+        uri = self.uri(table)
+        return located.relative_paths(uri, self._delta().file_uris(uri, version))
 
     def drop(self, table: str) -> bool:
         """Delete a table's directory, data and log (for tables retired from use).
@@ -278,6 +301,12 @@ class Lakehouse(dg.ConfigurableResource):
         Spark job each) and slices it; delta-spark checkpoints it and keeps each part on
         the cluster."""
         return staged_parts(frame, column, collect=self.engine == "delta-rs", order=order)
+
+    def in_write_form(self, frame: DataFrame) -> port.Data:
+        """`frame` in the form this engine writes from with the least work: delta-rs
+        collects it to Arrow here, once (each write of it, or read of its columns here,
+        would collect it again, a Spark job each); delta-spark keeps the frame."""
+        return frame.toArrow() if self.engine == "delta-rs" else frame
 
     # -- writes -------------------------------------------------------------------------
 

@@ -154,3 +154,55 @@ def test_a_writer_that_read_a_file_before_it_was_marked_cannot_commit_over_the_m
     assert content() == expected
     lake.compact("e", metadata=META)
     assert content() == expected and lake.count("e") == 6
+
+
+def test_rows_located_by_the_caller_are_marked_where_they_lie(lake):
+    """The caller hands over where the rows of its keys lie (an index's places, some of
+    rows already marked): each live one is compared and marked at its place, a dead one
+    is passed over, a key without a live row is inserted. After a compaction, the places
+    name a file that left the table, and the upsert reads the partition instead."""
+    at = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    hour = dt.timedelta(hours=1)
+    lake.append(
+        "e",
+        events([("a", at), ("b", at), ("c", at)]),
+        metadata=META,
+        partition_by=["day"],
+        table_properties=PROPERTIES,
+    )
+    before = lake.version("e")
+    first = lake.located_rows("e", version=before, columns=["key", "at"])
+    lake.upsert_newest("e", events([("b", at + hour)]), upsert=UPSERT, metadata=META)
+    added = lake.located_rows("e", version=lake.version("e"), columns=["key", "at"], after=before)
+    assert [(r["key"], r["_row"]) for r in added.to_pylist()] == [("b", 0)]  # the new file's
+    live = lake.located_rows("e", version=lake.version("e"), columns=["key", "at"])
+    assert sorted((r["key"], r["_row"]) for r in live.to_pylist()) == [("a", 0), ("b", 0), ("c", 2)]
+
+    places = pa.concat_tables([first, added])  # b's first row is marked by now
+    located = places.filter(pa.compute.is_in(places["key"], value_set=pa.array(["a", "b"])))
+    result = lake.upsert_newest(
+        "e",
+        events([("a", at + 2 * hour), ("b", at), ("z", at)]),
+        upsert=NewestWins("key", ("at",), "day", (DAY,), located),
+        metadata=META,
+    )
+    assert (result.metrics["rows_updated"], result.metrics["rows_inserted"]) == (1, 1)
+    assert result.metrics["files_marked"] == 1
+    rows = sorted(lake.read_arrow("e").select(["key", "at"]).to_pylist(), key=lambda r: r["key"])
+    assert [(r["key"], r["at"] - at) for r in rows] == [
+        ("a", 2 * hour),
+        ("b", hour),  # its stored version is newer than the batch's
+        ("c", dt.timedelta(0)),
+        ("z", dt.timedelta(0)),
+    ]
+
+    lake.compact("e", metadata=META)
+    gone = places.filter(pa.compute.equal(places["key"], "c"))  # c's place before compaction
+    result = lake.upsert_newest(
+        "e",
+        events([("c", at + hour)]),
+        upsert=NewestWins("key", ("at",), "day", (DAY,), gone),
+        metadata=META,
+    )
+    assert (result.metrics["rows_updated"], result.metrics["rows_inserted"]) == (1, 0)
+    assert sorted(lake.read_arrow("e")["key"].to_pylist()) == ["a", "b", "c", "z"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from event_lines.digests import sha256
 
 from assets.source_files import SourceDataError
 from assets.warehouse import key_index
@@ -19,6 +20,7 @@ from assets.warehouse.events_source import batch_file, parse_batch
 from assets.warehouse.key_index import KEY_INDEX
 from assets.warehouse.staging_merge import (
     PUBLISH,
+    TABLE_SCHEMA,
     USER_EVENTS,
     OneRowPerKey,
     deduplicate,
@@ -26,6 +28,7 @@ from assets.warehouse.staging_merge import (
 )
 from resources.lakehouse import AppTransaction
 from resources.lakehouse.delta_rs import DeltaRsEngine
+from resources.lakehouse.frames import frame_from_arrow
 
 T0 = "2024-05-01T10:00:00+00:00"
 T1 = "2024-05-01T11:00:00+00:00"
@@ -325,6 +328,50 @@ def test_a_row_a_newer_version_moves_out_of_its_day_is_marked(lakehouse, write_b
     )
 
 
+def places(lakehouse) -> tuple[set[tuple], set[tuple]]:
+    """(the entries the index holds, the entries of the table's live rows where they lie
+    now), as tuples of `key_index.SCHEMA`'s columns."""
+    held = lakehouse.read_arrow(KEY_INDEX, columns=key_index.SCHEMA.names)
+    rows = lakehouse.located_rows(
+        USER_EVENTS, version=lakehouse.version(USER_EVENTS), columns=key_index.ROW_COLUMNS
+    )
+    live = key_index.placed(rows)
+    return (
+        {tuple(r.values()) for r in held.to_pylist()},
+        {tuple(r.values()) for r in live.to_pylist()},
+    )
+
+
+def test_the_index_places_every_live_row_through_moves_replays_and_a_compaction(
+    lakehouse, write_batch, apply
+):
+    """Each publish indexes the rows it wrote where they lie, and a compaction's rows are
+    indexed before the next lookup: every live row has its entry (key, day, file, row,
+    time), and every other entry is of a row no longer live, so the publish that marks
+    rows where the index places them keeps one row per key."""
+    moved = LONG_AGO["v3"]["event_timestamp"]
+    write_batch("v1", [LONG_AGO["v1"], event({"n": 1})])
+    write_batch("v2", [LONG_AGO["v2"], event({"n": 2}, ts=moved)])
+    write_batch("v3", [LONG_AGO["v3"], event({"n": 3}, ts=moved)])
+    write_batch("late", [LONG_AGO["v1"], event({"n": 4}, ts=moved)])
+    for name in ("v1", "v2", "v2", "v3"):
+        apply(name)
+        held, live = places(lakehouse)
+        assert live <= held
+        assert not {e[3:5] for e in held - live} & {e[3:5] for e in live}
+    day_files = len(lakehouse.data_paths(USER_EVENTS, lakehouse.version(USER_EVENTS)))
+    lakehouse.compact(USER_EVENTS, metadata={"test": "compaction"})
+    assert len(lakehouse.data_paths(USER_EVENTS, lakehouse.version(USER_EVENTS))) < day_files
+    merged = apply("late")  # v1 again, and the compacted day's events beside it
+    assert merged.result.metrics["rows_updated"] == 0
+    held, live = places(lakehouse)
+    assert live <= held
+    assert not {e[3:5] for e in held - live} & {e[3:5] for e in live}
+    assert days_of(lakehouse, "e1") == ["2024-04-01"]
+    assert [r[1] for r in table(lakehouse) if r[0] == "e1"] == ['{"v":3}']
+    assert lakehouse.count(USER_EVENTS) == 5  # e1 and one derived key per batch
+
+
 @pytest.mark.long_on_delta_spark
 def test_a_publish_whose_index_record_failed_loses_nothing(
     lakehouse, write_batch, apply, monkeypatch
@@ -363,8 +410,8 @@ def test_an_index_of_event_ids_is_rebuilt_as_key_hashes_and_still_finds_every_da
     lakehouse, write_batch, apply
 ):
     """An index an earlier release wrote (event ids, its version under the app id
-    `user_events`): the next publish rebuilds it in one commit as key hashes, finds the
-    day the key's row is in, and leaves one row."""
+    `user_events`): the next publish rebuilds it in one commit as key hashes with each
+    row's place, finds the day the key's row is in, and leaves one row."""
     write_batch("v1", [LONG_AGO["v1"]])
     write_batch("v2", [LONG_AGO["v2"]])
     apply("v1")
@@ -384,9 +431,13 @@ def test_an_index_of_event_ids_is_rebuilt_as_key_hashes_and_still_finds_every_da
     facts = lakehouse.in_process().table_facts(KEY_INDEX)
     assert [(c.name, c.type) for c in facts.columns] == [
         ("key_hash", "long"),
+        ("key_check", "long"),
         ("event_date", "date"),
+        ("file", "long"),
+        ("row", "long"),
+        ("event_timestamp", "timestamp"),
     ]
-    assert facts.version == 2  # the earlier index, its rebuild, the publish's pairs
+    assert facts.version == 2  # the earlier index, its rebuild, the publish's entries
     assert (
         lakehouse.app_transaction_version(KEY_INDEX, key_index.DESCRIBES) == merged.result.version
     )
@@ -396,22 +447,35 @@ KEYS = ["e1", "\u00e9v\u00e9nement/'1'", "9f86d081884c7d659a2feaa0c55ad015a3bf4f
 
 
 def test_a_batch_and_a_rebuild_hash_every_key_alike_as_documented(spark, lakehouse):
-    """Spark hashes a batch's keys and delta-rs the table's at a rebuild: both give the
-    first 8 bytes of the key's SHA-256, big-endian and signed, an index written by one
-    release being read by the next (changing the hash must change `DESCRIBES`)."""
-    expected = [
-        int.from_bytes(hashlib.sha256(k.encode()).digest()[:8], "big", signed=True) for k in KEYS
-    ]
-    assert expected[0] == -8404626340394009294
+    """Spark hashes a batch's keys, this process (natively) the rows a rebuild reads, and
+    delta-rs's query the keys of a table on an object store: all give the first 8 bytes
+    of the key's SHA-256 (`key_hash`) and the next 8 (`key_check`), big-endian and
+    signed, an index written by one release being read by the next (changing the hash
+    must change `DESCRIBES`)."""
+
+    def words(key: str) -> tuple[int, int]:
+        digest = hashlib.sha256(key.encode()).digest()
+        return (
+            int.from_bytes(digest[:8], "big", signed=True),
+            int.from_bytes(digest[8:16], "big", signed=True),
+        )
+
+    expected = [words(k) for k in KEYS]
+    assert expected[0][0] == -8404626340394009294
     batch = spark.session().createDataFrame(
         [(key, dt.date(2024, 5, 1)) for key in KEYS], "event_id string, event_date date"
     )
-    assert key_index.batch_pairs(batch)["key_hash"].to_pylist() == expected
+    keys = key_index.batch_keys(batch)
+    pairs = zip(keys["key_hash"].to_pylist(), keys["key_check"].to_pylist(), strict=True)
+    assert list(pairs) == expected
+    native = sha256(pa.array(KEYS).slice(1))
+    hashes, checks = key_index.key_hashes(native), key_index.key_hashes(native, word=1)
+    assert list(zip(hashes.to_pylist(), checks.to_pylist(), strict=True)) == expected[1:]
     lakehouse.append("keys", pa.table({"event_id": KEYS}), metadata={"test": "keys"})
     digests = lakehouse.read_arrow(
         "keys", columns=["event_id"], computed={"d": key_index.KEY_DIGEST}
     )
-    assert key_index.key_hashes(digests["d"].slice(1)).to_pylist() == expected[1:]
+    assert key_index.key_hashes(digests["d"].slice(1)).to_pylist() == [h for h, _ in expected[1:]]
 
 
 @pytest.mark.long_on_delta_spark
@@ -423,19 +487,19 @@ def test_a_publish_overtaken_between_its_lookup_and_its_commit_looks_up_again(
     for name, row in LONG_AGO.items():
         write_batch(name, [row])
     apply("v1")
-    lookup = key_index.days_holding
+    lookup = key_index.locate
     overtaken: list[str] = []
 
-    def overtake(lake, keys):
-        days = lookup(lake, keys)
+    def overtake(lake, keys, version):
+        found = lookup(lake, keys, version)
         if not overtaken:
             overtaken.append("v2")
             apply("v2")  # moves e1 from 2021 to 2022 after v3 looked it up in 2021
-        return days
+        return found
 
-    monkeypatch.setattr(key_index, "days_holding", overtake)
+    monkeypatch.setattr(key_index, "locate", overtake)
     merged = apply("v3")
-    # The day e1 left stays in the index until a rebuild: an extra day, never a miss.
+    # The row e1 left stays in its file, marked, until a compaction: an extra day.
     assert [d.isoformat() for d in merged.days] == ["2021-04-01", "2022-05-01", "2024-04-01"]
     assert days_of(lakehouse, "e1") == ["2024-04-01"]
     assert lakehouse.count(USER_EVENTS) == 1
@@ -456,16 +520,16 @@ def restore_after_the_next_lookup(lakehouse, write_batch, apply, monkeypatch):
     repair = OneRowPerKey(lakehouse, rebuilt)
     key_index.rebuild(lakehouse, lakehouse.version(USER_EVENTS), rebuilt, repair=repair)
     assert repair.rows_removed == 0
-    lookup = key_index.days_holding
+    lookup = key_index.locate
     restored: list[int] = []
 
-    def restore_after_the_lookup(lake, keys):
-        days = lookup(lake, keys)
+    def restore_after_the_lookup(lake, keys, version):
+        found = lookup(lake, keys, version)
         if not restored:
             restored.append(lake.restore(USER_EVENTS, before_the_move, metadata={}).version)
-        return days
+        return found
 
-    monkeypatch.setattr(key_index, "days_holding", restore_after_the_lookup)
+    monkeypatch.setattr(key_index, "locate", restore_after_the_lookup)
 
 
 @pytest.mark.usefixtures("restore_after_the_next_lookup")
@@ -522,3 +586,35 @@ def test_a_repair_that_failed_after_its_publish_committed_is_made_by_the_next_lo
     assert lakehouse.app_transaction_version(KEY_INDEX, key_index.DESCRIBES) == (
         merged.result.version
     )
+
+
+def test_user_events_keep_one_row_per_event_on_the_object_store(s3_lakehouse, spark):
+    """On an object store the record-level index holds keys and days only (its files are
+    not read one by one there) and the publish MERGEs the days it names: versions of one
+    event years apart, in any order, still leave one row at the newest."""
+
+    def version(n: int, year: int) -> pa.Table:
+        at = dt.datetime(year, 4, 1, 8, tzinfo=dt.UTC)
+        row = {
+            "event_id": "e1",
+            "user_id": "u1",
+            "event_timestamp": at,
+            "ingestion_time": at,
+            "payload": f'{{"v":{n}}}',
+            "is_deleted": False,
+            "event_date": at.date(),
+            "batch_id": f"v{n}",
+            "key_derived": False,
+            "content_digest": str(n),
+        }
+        return pa.Table.from_pylist([row], schema=TABLE_SCHEMA)
+
+    lake = s3_lakehouse
+    for n, year in ((3, 2024), (1, 2021), (2, 2022)):
+        merge_batch(
+            lake, frame_from_arrow(spark.session(), version(n, year)), metadata={"test": "s3"}
+        )
+    rows = lake.read_arrow(USER_EVENTS).to_pylist()
+    assert [(r["payload"], r["event_date"].year) for r in rows] == [('{"v":3}', 2024)]
+    index = lake.read_arrow(KEY_INDEX)
+    assert index.num_rows >= 1 and index["file"].null_count == index.num_rows
