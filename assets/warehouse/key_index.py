@@ -38,8 +38,10 @@ Delta app transaction `DESCRIBES`, the version of `user_events` it describes.
   publish that left a key two rows is repaired by the next rebuild; and when the repair
   fails, the index is not written, so the rebuild and the repair come again at the next
   lookup.
-- When the index holds more than `REBUILD_FACTOR` entries per row of `user_events`, it is
-  rebuilt to one entry per row; every `COMPACT_EVERY` appends its files are bin-packed.
+- When the index holds more than `REBUILD_FACTOR` entries per row of `user_events`, or
+  its appended entries (`TIER` 1) pass one per `APPENDED_SHARE` rows, it is rebuilt to one
+  entry per row; once tier 1 holds `COMPACT_EVERY` files, the next append merges them
+  into one (a commit under the same app transaction, so it is refused like an append).
 - The app id also names the index's format. An index of an earlier format (without
   positions, or with event ids in place of hashes) records no transaction under it, so
   the first lookup rebuilds it, the new columns replacing the old in the rebuild's one
@@ -63,7 +65,7 @@ from resources import Lakehouse
 from resources.lakehouse import AppTransaction, StaleWriteError
 from resources.lakehouse.frames import is_arrow
 from resources.lakehouse.located import PATH, ROW
-from resources.lakehouse.predicates import Sha256, is_in
+from resources.lakehouse.predicates import Sha256, eq, is_in
 from resources.object_store import is_object_store
 
 if TYPE_CHECKING:
@@ -71,7 +73,7 @@ if TYPE_CHECKING:
 
 USER_EVENTS = "user_events"
 KEY_INDEX = "user_events_key_index"
-DESCRIBES = "user_events/key_sha256_rows"
+DESCRIBES = "user_events/key_sha256_places"
 """App id under which the index records the version of `user_events` it describes, and
 so its format: entries of `SCHEMA`, key hashes taken from `KEY_DIGEST`. A change of
 either must change it."""
@@ -91,8 +93,22 @@ ROW_COLUMNS = ("event_id", "event_timestamp", "event_date")
 and its day."""
 ROWS_STAY = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
 """Operations of `user_events` after which every row is in the day it was in before."""
+TIER = "tier"
+"""The index's partition column: 0 holds the rebuild's entries, 1 those appended since.
+Every file holds its entries sorted by `key_hash`, written addressable, so a lookup finds
+a key in each file by binary search and reads its entry alone
+(`resources/lakehouse/addressable.py`)."""
+STORED = pa.schema([*SCHEMA, pa.field(TIER, pa.int32())])
 REBUILD_FACTOR = 2
+"""Entries per row of `user_events` past which the index is rebuilt: the entries of rows
+replaced since the last rebuild are still held."""
+APPENDED_SHARE = 4
+APPENDED_FLOOR = 250_000
+"""Past one appended entry for `APPENDED_SHARE` rows of `user_events` (and past
+`APPENDED_FLOOR` entries), the index is rebuilt (tier 1 goes into tier 0), so merging
+tier 1 stays a fraction of a rebuild."""
 COMPACT_EVERY = 32
+"""Files of tier 1 from which the next append merges tier 1 into one sorted file."""
 Repair = Callable[[int, pa.Table], int | None]
 """Given a version of `user_events` and the index's entries, at that version, of the key
 hashes more than one row holds: keeps each key's winning row, in one commit whose version
@@ -300,15 +316,25 @@ def _write(
     try:
         index.overwrite(
             KEY_INDEX,
-            entries,
+            _tiered(entries, 0),
             metadata={**metadata, "index_rebuilt_from": version},
+            partition_by=[TIER],
             # The same version again (a rebuild that only shrinks the index) keeps the
             # app transaction the table records.
             app_transaction=None if described == version else AppTransaction(DESCRIBES, version),
-            replace_schema=held is not None and [c.name for c in held.columns] != SCHEMA.names,
+            replace_schema=held is not None and [c.name for c in held.columns] != STORED.names,
+            addressable=True,
         )
     except StaleWriteError:
         pass  # a concurrent publish or rebuild already describes this version or a later one
+
+
+def _tiered(entries: pa.Table, tier: int) -> pa.Table:
+    """`entries` sorted by `key_hash`, in `tier`."""
+    order = np.argsort(entries["key_hash"].to_numpy(), kind="stable")
+    return entries.take(pa.array(order)).append_column(
+        TIER, pa.array(np.full(entries.num_rows, tier, np.int32))
+    )
 
 
 @dataclass(frozen=True)
@@ -373,33 +399,53 @@ def record(
             rebuild(lakehouse, merged, metadata, repair=repair)
             return
         entries = placed(rows)
-    appended = _append(lakehouse, entries, merged, metadata)
-    if appended is None:
+    if not _append(lakehouse, entries, merged, metadata):
         return
     index = lakehouse.in_process()
     held = index.count_from_log(KEY_INDEX)
+    appended = index.count_from_log(KEY_INDEX, where=eq(TIER, 1))
     rows_now = lakehouse.count_from_log(USER_EVENTS, version=merged)
-    if held is not None and rows_now is not None and held > REBUILD_FACTOR * rows_now:
+    if held is None or appended is None or rows_now is None:
+        return
+    if held > REBUILD_FACTOR * rows_now or appended > max(
+        rows_now // APPENDED_SHARE, APPENDED_FLOOR
+    ):
         rebuild(lakehouse, merged, metadata, repair=repair)
-    elif appended % COMPACT_EVERY == 0:
-        index.compact(KEY_INDEX, metadata=metadata)
 
 
 def _append(
     lakehouse: Lakehouse, entries: pa.Table, version: int, metadata: Mapping[str, Any]
-) -> int | None:
-    """`entries` appended to the index, which then describes `version`; the index's
-    version, or None when another writer recorded `version` or a later one first."""
+) -> bool:
+    """`entries` added to tier 1 of the index, which then describes `version`: appended,
+    or, once tier 1 holds `COMPACT_EVERY` files, merged with tier 1's entries into one
+    sorted file in the same commit. False when another writer recorded `version` or a
+    later one first (the app transaction refuses this commit)."""
+    index = lakehouse.in_process()
+    tier_files = (
+        index.partition_files(KEY_INDEX, where=eq(TIER, 1))[0] if index.exists(KEY_INDEX) else 0
+    )
+    transaction = AppTransaction(DESCRIBES, version)
     try:
-        return (
-            lakehouse.in_process()
-            .append(
+        if tier_files + 1 < COMPACT_EVERY:
+            index.append(
                 KEY_INDEX,
-                entries,
+                _tiered(entries, 1),
                 metadata=metadata,
-                app_transaction=AppTransaction(DESCRIBES, version),
+                partition_by=[TIER],
+                app_transaction=transaction,
+                addressable=True,
             )
-            .version
-        )
+        else:
+            held = index.read_arrow(KEY_INDEX, where=eq(TIER, 1), columns=SCHEMA.names)
+            index.overwrite(
+                KEY_INDEX,
+                _tiered(pa.concat_tables([held, entries.cast(SCHEMA)]), 1),
+                where=eq(TIER, 1),
+                metadata={**metadata, "index_tier_merged": tier_files + 1},
+                partition_by=[TIER],
+                app_transaction=transaction,
+                addressable=True,
+            )
     except StaleWriteError:
-        return None
+        return False
+    return True

@@ -11,23 +11,27 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import (
+    ColumnProperties,
     CommitProperties,
     DeltaTable,
     PostCommitHookProperties,
     QueryBuilder,
     Transaction,
+    WriterProperties,
     write_deltalake,
 )
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from resources.lakehouse import marking, port
+from resources.lakehouse import addressable, marking, port
 from resources.lakehouse.deletion_vectors import deleted_rows
 from resources.lakehouse.frames import frame_from_arrow, is_arrow
 from resources.lakehouse.predicates import (
@@ -61,24 +65,37 @@ def _as_arrow(data: port.Data) -> pa.Table | pa.RecordBatchReader:
 
 
 _LONG_LIST = 1_000
+_READERS = 2
+"""Threads reading files (pyarrow releases the GIL while it reads)."""
 """Values from which an IN list is read by `_read_by_long_list`: DataFusion takes 140 ms
 to plan a query of 10,000 values (on a table of three rows), the time a scan of 10M
 rows takes."""
+_ADDRESSABLE = WriterProperties(
+    compression=addressable.COMPRESSION,
+    data_page_size_limit=addressable.PAGE_LIMIT,
+    data_page_row_count_limit=addressable.PAGE_LIMIT,
+    default_column_properties=ColumnProperties(dictionary_enabled=False),
+)
+"""How the files of a write asked `addressable` are written (`addressable`)."""
 
 
 def _read_by_long_list(
     delta: DeltaTable, where: Predicate | None, columns: Sequence[str] | None
 ) -> pa.Table | None:
     """The rows whose column is among a long list of values (`_LONG_LIST`), read from the
-    snapshot's files by pyarrow, which filters by a hash set of the values: the same rows
-    as the query, when the files alone hold the table's rows. None (the query reads them)
-    for anything else: another predicate, partitions (their values are in the log, not
-    the files), deletion vectors, column mapping, or files not on a local disk."""
+    snapshot's files here: a column of 64-bit integers by `addressable.rows_among` (the
+    values asked for only, from files written addressable), any other by pyarrow, which
+    filters by a hash set of the values. The same rows as the query, when the files alone
+    hold the table's rows. None (the query reads them) for anything else: another
+    predicate, a partition column asked for (its values are in the log, not the files),
+    deletion vectors, column mapping, or files not on a local disk."""
     if not isinstance(where, In) or len(where.values) < _LONG_LIST:
         return None
     metadata, protocol = delta.metadata(), delta.protocol()
+    schema = pa.schema(delta.schema().to_arrow())
+    wanted = list(columns) if columns else [f.name for f in schema]
     if (
-        metadata.partition_columns
+        set(metadata.partition_columns) & {where.column, *wanted}
         or "deletionVectors" in (protocol.reader_features or ())
         or metadata.configuration.get("delta.columnMapping.mode", "none") != "none"
     ):
@@ -86,12 +103,30 @@ def _read_by_long_list(
     uris = delta.file_uris()
     if any("://" in uri for uri in uris):
         return None
-    schema = pa.schema(delta.schema().to_arrow())
-    values = pa.array([v for v in where.values if v is not None], schema.field(where.column).type)
-    files = ds.dataset(uris, schema=schema, format="parquet")
+    data_schema = pa.schema([f for f in schema if f.name not in metadata.partition_columns])
+    field = data_schema.field(where.column)
+    present = [v for v in where.values if v is not None]
+    if field.type == pa.int64():
+        values = np.unique(np.asarray(present, dtype=np.int64))
+        with ThreadPoolExecutor(_READERS) as readers:
+            parts = list(
+                readers.map(
+                    lambda uri: addressable.rows_among(
+                        uri, data_schema, where.column, values, wanted
+                    ),
+                    uris,
+                )
+            )
+        found = (
+            pa.concat_tables(parts)
+            if parts
+            else pa.schema([data_schema.field(n) for n in wanted]).empty_table()
+        )
+        return _plain_types(found)
+    files = ds.dataset(uris, schema=data_schema, format="parquet")
     return _plain_types(
         files.to_table(
-            columns=list(columns) if columns else None, filter=ds.field(where.column).isin(values)
+            columns=wanted, filter=ds.field(where.column).isin(pa.array(present, field.type))
         )
     )
 
@@ -431,6 +466,7 @@ class DeltaRsEngine(port.DeltaEngine):
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
         replace_schema: bool,
+        addressable: bool = False,
     ) -> port.HistoryEntry | None:
         try:
             target: DeltaTable | None = self._target(table)
@@ -456,6 +492,7 @@ class DeltaRsEngine(port.DeltaEngine):
                     None if target is not None or not table_properties else dict(table_properties)
                 ),
                 storage_options=self._storage_options,
+                writer_properties=_ADDRESSABLE if addressable else None,  # type: ignore[arg-type]  # None: delta-rs's own
                 commit_properties=_commit_properties(metadata, app_transaction),
                 post_commithook_properties=_post_commit(target),
             )

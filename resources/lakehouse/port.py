@@ -428,10 +428,12 @@ class DeltaEngine(ABC):
         metadata: Mapping[str, Any],
         app_transaction: AppTransaction | None,
         replace_schema: bool,
+        addressable: bool = False,
     ) -> HistoryEntry | None:
         """`partition_by` and `table_properties` apply when this write creates the table;
         `replace_schema` (a whole-table overwrite only) gives the table the data's schema
-        in the same commit (Delta's overwriteSchema)."""
+        in the same commit (Delta's overwriteSchema); `addressable` asks for files whose
+        values a reader reaches one by one (`addressable`), where the engine writes them."""
 
     @abstractmethod
     def merge(

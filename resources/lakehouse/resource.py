@@ -344,9 +344,12 @@ class Lakehouse(dg.ConfigurableResource):
         partition_by: Sequence[str] | None = None,
         table_properties: Mapping[str, str] | None = None,
         app_transaction: port.AppTransaction | None = None,
+        addressable: bool = False,
     ) -> port.CommitResult:
         """Add rows. `partition_by` and `table_properties` (e.g. `delta.targetFileSize`,
-        over `TABLE_DEFAULTS`) apply when this write creates the table."""
+        over `TABLE_DEFAULTS`) apply when this write creates the table. `addressable`
+        writes files whose values a lookup reads one by one (`addressable`; delta-rs),
+        larger on disk."""
         return self._write(
             table,
             data,
@@ -357,6 +360,7 @@ class Lakehouse(dg.ConfigurableResource):
             metadata,
             app_transaction,
             replace_schema=False,
+            addressable=addressable,
         )
 
     def overwrite(
@@ -370,10 +374,12 @@ class Lakehouse(dg.ConfigurableResource):
         table_properties: Mapping[str, str] | None = None,
         app_transaction: port.AppTransaction | None = None,
         replace_schema: bool = False,
+        addressable: bool = False,
     ) -> port.CommitResult:
         """Replace the whole table, or with `where` exactly the rows it matches
         (replaceWhere). One atomic commit: readers see the old content or the new.
-        `replace_schema` lets a whole-table overwrite change the table's columns too."""
+        `replace_schema` lets a whole-table overwrite change the table's columns too;
+        `addressable` as for `append`."""
         if replace_schema and where is not None:
             raise ValueError(f"{table}: only a whole-table overwrite can replace the schema")
         return self._write(
@@ -386,6 +392,7 @@ class Lakehouse(dg.ConfigurableResource):
             metadata,
             app_transaction,
             replace_schema,
+            addressable=addressable,
         )
 
     def _write(
@@ -399,6 +406,8 @@ class Lakehouse(dg.ConfigurableResource):
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
         replace_schema: bool,
+        *,
+        addressable: bool = False,
     ) -> port.CommitResult:
         if isinstance(data, pa.RecordBatchReader):
             data = _once(data)
@@ -416,6 +425,7 @@ class Lakehouse(dg.ConfigurableResource):
                 metadata=meta,
                 app_transaction=app_transaction,
                 replace_schema=replace_schema,
+                addressable=addressable,
             ),
         )
         return self._with_replaced_rows(result, where) if mode == "overwrite" else result

@@ -436,6 +436,7 @@ def test_an_index_of_event_ids_is_rebuilt_as_key_hashes_and_still_finds_every_da
         ("file", "long"),
         ("row", "long"),
         ("event_timestamp", "timestamp"),
+        ("tier", "integer"),
     ]
     assert facts.version == 2  # the earlier index, its rebuild, the publish's entries
     assert (
