@@ -236,10 +236,12 @@ def _located_rows(
     vectors = deletion_vectors.read_vectors(root, [vector for _, vector in vectored])
     deleted.update(zip((at for at, _ in vectored), vectors, strict=True))
     if vectored:
+        # Ascending: files in order, each vector's rows in order.
         gone = np.concatenate(
             [np.int64(at) << 32 | rows for (at, _), rows in zip(vectored, vectors, strict=True)]
         )
-        keep &= ~np.isin(place, gone)
+        at = np.minimum(np.searchsorted(gone, place), len(gone) - 1)
+        keep &= gone[at] != place
     chosen = pa.array(np.flatnonzero(keep))
     return pa.table(
         {
@@ -327,17 +329,19 @@ def _marks(
         return []
     now = _now_ms()
     actions: list[dict[str, Any]] = []
-    by_file = beaten.group_by("_file").aggregate([("_row", "list")])
-    for index, rows in zip(
-        by_file["_file"].to_pylist(), by_file["_row_list"].to_pylist(), strict=True
-    ):
-        held = added[unquote(files["path"][index].as_py())]
+    file_of, row_of = beaten["_file"].to_numpy(), beaten["_row"].to_numpy()
+    order = np.lexsort((row_of, file_of))
+    file_of, row_of = file_of[order], row_of[order]
+    starts = np.flatnonzero(np.r_[True, file_of[1:] != file_of[:-1]])
+    paths, sizes = files["path"].to_pylist(), files["size_bytes"].to_pylist()
+    modified = files["modification_time"].to_pylist()
+    for index, rows in zip(file_of[starts].tolist(), np.split(row_of, starts[1:]), strict=True):
+        held = added[unquote(paths[index])]
         old = held.vector
-        positions = np.asarray(rows, dtype=np.int64)
-        if old is not None:
-            positions = np.union1d(deleted[index], positions)
+        # The rows lost now were live: none is in the old vector.
+        positions = rows if old is None else np.sort(np.concatenate([deleted[index], rows]))
         partition = held.partition_values
-        size = files["size_bytes"][index].as_py()
+        size = sizes[index]
         remove = {
             "path": held.path,
             "deletionTimestamp": now,
@@ -355,10 +359,10 @@ def _marks(
                     "path": held.path,
                     "partitionValues": partition,
                     "size": size,
-                    "modificationTime": files["modification_time"][index].as_py(),
+                    "modificationTime": modified[index],
                     "dataChange": True,
                     "stats": _loose(held.stats, files, index),
-                    "deletionVector": vectors.add(np.unique(positions)),
+                    "deletionVector": vectors.add(positions),
                 }
             }
         )
