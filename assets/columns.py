@@ -104,6 +104,8 @@ COLUMNS: dict[str, str] = {
     "vector marks it (null on an object store).",
     "user_events_key_index.event_timestamp": "The row's `event_timestamp`, which orders its "
     "versions first (null on an object store).",
+    "user_events_key_index.tier": "0 for the entries the last rebuild wrote, 1 for those "
+    "appended since.",
     "content_digest": "SHA-256 of the event's op and payload: breaks ties of time.",
     # Enriched runs (load manifest).
     "event_type": "The event's kind: it names the warehouse table the event loads into.",

@@ -22,8 +22,9 @@ lakehouse's own commit, `resources/lakehouse/marking.py`) and leave their files.
 
 Event ids are `e<n>`: short. `--hashed-ids` gives every event the SHA-256 (hex) of that
 id instead, 64 characters as ids from producers often are: the same events and rounds.
-The index holds a 64-bit hash of each key, so its lookup costs the same whatever the
-ids. Building the index from the table (printed too) reads and hashes every key.
+The index holds 128 bits of each key's hash and the place of its row, so its lookup
+costs the same whatever the ids. Building the index from the table (printed too) reads
+every row where it lies, hashes its key and sorts the entries.
 
 Run: `.venv/bin/python benchmarks/user_events.py [--engine delta-spark] [--hashed-ids]`
 (or `make bench`).

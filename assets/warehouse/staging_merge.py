@@ -89,7 +89,7 @@ Delta Spark's MERGE, and on delta-rs the lakehouse's own commit
 (`resources/lakehouse/marking.py`), which marks the rows where the index places them
 and writes the batch's rows only. Into 10M rows, a 10k batch whose older versions lie
 over a year of days published in 1.0 s marking (reading the days' keys) against 3.0 s
-copying (delta-rs, one run each on the same table)."""
+copying (delta-rs, one run each on the same table); with the index's places, in 0.22 s."""
 
 
 def deduplicate(events: DataFrame) -> DataFrame:

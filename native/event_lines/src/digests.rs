@@ -15,22 +15,9 @@ pub fn of_texts(
     if offsets.len() < 4 * (first + rows + 1) {
         return Err("offsets shorter than the rows".to_string());
     }
-    let offset = |row: usize| {
-        let at = 4 * row;
-        i32::from_le_bytes([
-            offsets[at],
-            offsets[at + 1],
-            offsets[at + 2],
-            offsets[at + 3],
-        ])
-    };
     let mut digests = Vec::with_capacity(32 * rows);
     for row in first..first + rows {
-        let (start, end) = (offset(row), offset(row + 1));
-        let text = usize::try_from(start)
-            .ok()
-            .zip(usize::try_from(end).ok())
-            .and_then(|(start, end)| bytes.get(start..end))
+        let text = crate::text_at(offsets, bytes, row)
             .ok_or_else(|| format!("offsets of row {row} outside the bytes"))?;
         digests.extend_from_slice(&Sha256::digest(text));
     }

@@ -66,6 +66,22 @@ fn bytes_of(buffer: &PyBuffer<u8>) -> PyResult<&[u8]> {
     Ok(unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, buffer.item_count()) })
 }
 
+/// The bytes of text `row` of an Arrow column of text (32-bit little-endian `offsets`,
+/// which must reach row + 1, and `bytes`); None when its offsets fall outside the bytes.
+fn text_at<'a>(offsets: &[u8], bytes: &'a [u8], row: usize) -> Option<&'a [u8]> {
+    let offset = |row: usize| {
+        let at = 4 * row;
+        let word = [
+            offsets[at],
+            offsets[at + 1],
+            offsets[at + 2],
+            offsets[at + 3],
+        ];
+        usize::try_from(i32::from_le_bytes(word)).ok()
+    };
+    bytes.get(offset(row)?..offset(row + 1)?)
+}
+
 /// A column of text: its offsets and bytes.
 type Column = (Py<PyBytes>, Py<PyBytes>);
 /// What `read_events` returns.
@@ -94,15 +110,6 @@ fn read_events(
     if valid.len() < rows || offsets.len() < 4 * (rows + 1) {
         return Err(PyValueError::new_err("buffers shorter than the rows"));
     }
-    let offset = |row: usize| {
-        let at = 4 * row;
-        i32::from_le_bytes([
-            offsets[at],
-            offsets[at + 1],
-            offsets[at + 2],
-            offsets[at + 3],
-        ]) as usize
-    };
     let mut read = Vec::with_capacity(rows);
     let mut texts: Vec<Texts> = (0..4).map(|_| Texts::new(rows)).collect();
     let mut instants = [Vec::with_capacity(8 * rows), Vec::with_capacity(8 * rows)];
@@ -112,10 +119,8 @@ fn read_events(
         let line = if given == 0 {
             None
         } else {
-            let (start, end) = (offset(row), offset(row + 1));
-            let slice = bytes
-                .get(start..end)
-                .ok_or_else(|| PyValueError::new_err("offsets"))?;
+            let slice =
+                text_at(offsets, bytes, row).ok_or_else(|| PyValueError::new_err("offsets"))?;
             Some(std::str::from_utf8(slice).map_err(|e| PyValueError::new_err(e.to_string()))?)
         };
         let found = line
