@@ -18,7 +18,6 @@ from urllib.parse import unquote
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from deltalake import (
     ColumnProperties,
     CommitProperties,
@@ -82,20 +81,21 @@ _ADDRESSABLE = WriterProperties(
 def _read_by_long_list(
     delta: DeltaTable, where: Predicate | None, columns: Sequence[str] | None
 ) -> pa.Table | None:
-    """The rows whose column is among a long list of values (`_LONG_LIST`), read from the
-    snapshot's files here: a column of 64-bit integers by `addressable.rows_among` (the
-    values asked for only, from files written addressable), any other by pyarrow, which
-    filters by a hash set of the values. The same rows as the query, when the files alone
-    hold the table's rows. None (the query reads them) for anything else: another
-    predicate, a partition column asked for (its values are in the log, not the files),
-    deletion vectors, column mapping, or files not on a local disk."""
+    """The rows whose column of 64-bit integers is among a long list of values
+    (`_LONG_LIST`), read from the snapshot's files by `addressable.rows_among` (the
+    values asked for only, from files written addressable; any other file whole). The
+    same rows as the query, when the files alone hold the table's rows. None (the query
+    reads them) for anything else: another predicate or column type, a partition column
+    asked for (its values are in the log, not the files), deletion vectors, column
+    mapping, or files not on a local disk."""
     if not isinstance(where, In) or len(where.values) < _LONG_LIST:
         return None
     metadata, protocol = delta.metadata(), delta.protocol()
     schema = pa.schema(delta.schema().to_arrow())
     wanted = list(columns) if columns else [f.name for f in schema]
     if (
-        set(metadata.partition_columns) & {where.column, *wanted}
+        schema.field(where.column).type != pa.int64()
+        or set(metadata.partition_columns) & {where.column, *wanted}
         or "deletionVectors" in (protocol.reader_features or ())
         or metadata.configuration.get("delta.columnMapping.mode", "none") != "none"
     ):
@@ -104,31 +104,17 @@ def _read_by_long_list(
     if any("://" in uri for uri in uris):
         return None
     data_schema = pa.schema([f for f in schema if f.name not in metadata.partition_columns])
-    field = data_schema.field(where.column)
-    present = [v for v in where.values if v is not None]
-    if field.type == pa.int64():
-        values = np.unique(np.asarray(present, dtype=np.int64))
-        with ThreadPoolExecutor(_READERS) as readers:
-            parts = list(
-                readers.map(
-                    lambda uri: addressable.rows_among(
-                        uri, data_schema, where.column, values, wanted
-                    ),
-                    uris,
-                )
+    values = np.unique(np.asarray([v for v in where.values if v is not None], dtype=np.int64))
+    with ThreadPoolExecutor(_READERS) as readers:
+        parts = list(
+            readers.map(
+                lambda uri: addressable.rows_among(uri, data_schema, where.column, values, wanted),
+                uris,
             )
-        found = (
-            pa.concat_tables(parts)
-            if parts
-            else pa.schema([data_schema.field(n) for n in wanted]).empty_table()
         )
-        return _plain_types(found)
-    files = ds.dataset(uris, schema=data_schema, format="parquet")
-    return _plain_types(
-        files.to_table(
-            columns=wanted, filter=ds.field(where.column).isin(pa.array(present, field.type))
-        )
-    )
+    if not parts:
+        return pa.schema([data_schema.field(name) for name in wanted]).empty_table()
+    return _plain_types(pa.concat_tables(parts))
 
 
 def _plain_types(table: pa.Table) -> pa.Table:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from event_lines.digests import sha256
@@ -370,6 +371,49 @@ def test_the_index_places_every_live_row_through_moves_replays_and_a_compaction(
     assert days_of(lakehouse, "e1") == ["2024-04-01"]
     assert [r[1] for r in table(lakehouse) if r[0] == "e1"] == ['{"v":3}']
     assert lakehouse.count(USER_EVENTS) == 5  # e1 and one derived key per batch
+
+
+def index_files(lakehouse) -> dict[int, list[list[int]]]:
+    """The key hashes of each file of the index, by tier."""
+    files: dict[int, list[list[int]]] = {}
+    for uri in DeltaTable(lakehouse.uri(KEY_INDEX)).file_uris():
+        tier = int(uri.split("tier=")[1].split("/")[0])
+        keys = pq.read_table(uri, columns=["key_hash"])["key_hash"].to_pylist()
+        files.setdefault(tier, []).append(keys)
+    return files
+
+
+def test_the_index_merges_its_appended_files_and_is_rebuilt_past_its_share(
+    lakehouse, write_batch, apply, monkeypatch
+):
+    """Appended entries go to tier 1, a sorted file each; once tier 1 holds
+    `COMPACT_EVERY` files the next publish merges them into one, in its own commit; past
+    the appended share the index is rebuilt into tier 0. Every file stays sorted, and
+    every live row placed."""
+    monkeypatch.setattr(key_index, "COMPACT_EVERY", 3)
+    monkeypatch.setattr(key_index, "APPENDED_FLOOR", 10**9)
+    for n in range(4):
+        write_batch(f"b{n}", [event({"n": n, "i": i}, event_id=f"b{n}-{i}") for i in range(5)])
+        apply(f"b{n}")
+        held, live = places(lakehouse)
+        assert live <= held
+        files = index_files(lakehouse)
+        assert all(keys == sorted(keys) for tier in files.values() for keys in tier)
+        assert len(files.get(1, [])) <= 2  # the third file is merged as it comes
+    merges = [e for e in lakehouse.history(KEY_INDEX) if "index_tier_merged" in (e.metadata or {})]
+    assert len(merges) == 1 and merges[0].operation.upper() == "WRITE"
+    assert len(index_files(lakehouse)[1]) == 2  # the merged file and one appended since
+
+    monkeypatch.setattr(key_index, "APPENDED_FLOOR", 0)
+    write_batch("b4", [event({"n": 4}, event_id="b1-0", seen=SEEN2)])
+    merged = apply("b4")
+    assert lakehouse.app_transaction_version(KEY_INDEX, key_index.DESCRIBES) == (
+        merged.result.version
+    )
+    files = index_files(lakehouse)
+    assert 1 not in files and sum(map(len, files[0])) == lakehouse.count(USER_EVENTS) == 20
+    held, live = places(lakehouse)
+    assert held == live
 
 
 @pytest.mark.long_on_delta_spark
