@@ -109,11 +109,15 @@ def upsert(
     written: list[Path] = []
     try:
         marks = _marks(files, added, deleted, beaten, vectors)
-        if marks:
+        marked = [a["add"]["path"] for a in marks if "add" in a]
+        if marked:
             vectors.write()
             written.append(vectors.path)
         adds = _new_files(root, winners, delta, partition_column, written)
-        regrown = sum(1 for a in marks if "deletionVector" in a.get("remove", {}))
+        had_vectors = [
+            a["remove"]["path"] for a in marks if "deletionVector" in a.get("remove", {})
+        ]
+        regrown = len(set(had_vectors) & set(marked))
         metrics = {
             "numSourceRows": source.num_rows,
             "numTargetRowsInserted": inserted,
@@ -121,12 +125,13 @@ def upsert(
             "numTargetRowsDeleted": 0,
             "numTargetRowsCopied": 0,
             "numTargetFilesAdded": len(adds),
-            "numTargetFilesRemoved": 0,
+            "numTargetFilesRemoved": len(marks) - 2 * len(marked),
             # As Delta Spark counts them: every vector written is added; one in place of
-            # the file's old vector is updated as well, and the old one removed.
-            "numTargetDeletionVectorsAdded": len(marks) // 2,
+            # the file's old vector is updated as well, and the old one removed (so is
+            # the vector of a file removed).
+            "numTargetDeletionVectorsAdded": len(marked),
             "numTargetDeletionVectorsUpdated": regrown,
-            "numTargetDeletionVectorsRemoved": regrown,
+            "numTargetDeletionVectorsRemoved": len(had_vectors),
         }
         commit = _commit(commit_info, version, metrics, app_transaction, marks + adds)
         _put(root, version + 1, commit)
@@ -324,7 +329,7 @@ def _marks(
 ) -> list[dict[str, Any]]:
     """A `remove` and an `add` for each file that loses rows: the same file, with a
     vector of the rows it lost before (`deleted`, by file index) and now (written into
-    `vectors`)."""
+    `vectors`). A file that loses its last rows is removed only, as Delta Spark does."""
     if not beaten.num_rows:
         return []
     now = _now_ms()
@@ -334,7 +339,7 @@ def _marks(
     file_of, row_of = file_of[order], row_of[order]
     starts = np.flatnonzero(np.r_[True, file_of[1:] != file_of[:-1]])
     paths, sizes = files["path"].to_pylist(), files["size_bytes"].to_pylist()
-    modified = files["modification_time"].to_pylist()
+    modified, records = files["modification_time"].to_pylist(), files["num_records"].to_pylist()
     for index, rows in zip(file_of[starts].tolist(), np.split(row_of, starts[1:]), strict=True):
         held = added[unquote(paths[index])]
         old = held.vector
@@ -353,6 +358,8 @@ def _marks(
         if old is not None:
             remove["deletionVector"] = old
         actions.append({"remove": remove})
+        if len(positions) == records[index]:
+            continue
         actions.append(
             {
                 "add": {

@@ -206,3 +206,33 @@ def test_rows_located_by_the_caller_are_marked_where_they_lie(lake):
     )
     assert (result.metrics["rows_updated"], result.metrics["rows_inserted"]) == (1, 0)
     assert sorted(lake.read_arrow("e")["key"].to_pylist()) == ["a", "b", "c", "z"]
+
+
+def test_a_file_that_loses_its_last_rows_is_removed_not_marked(lake):
+    """As Delta Spark's MERGE does: a file whose every row is replaced leaves the table
+    (no vector keeps it), and Spark reads the table as delta-rs does."""
+    at = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    hour = dt.timedelta(hours=1)
+    lake.append(
+        "e",
+        events([("a", at), ("b", at)]),
+        metadata=META,
+        partition_by=["day"],
+        table_properties=PROPERTIES,
+    )
+    lake.append("e", events([("c", at)]), metadata=META)
+    before = set(DeltaTable(lake.uri("e")).file_uris())
+    result = lake.upsert_newest(
+        "e",
+        events([("a", at + hour), ("b", at + hour), ("c", at + hour)]),
+        upsert=UPSERT,
+        metadata=META,
+    )
+    metrics = result.metrics
+    assert (metrics["rows_updated"], metrics["files_removed"], metrics["files_marked"]) == (3, 2, 0)
+    after = set(DeltaTable(lake.uri("e")).file_uris())
+    assert not before & after and len(after) == 1
+    assert not list(Path(lake.uri("e")).glob("deletion_vector_*.bin"))
+    by_spark = lake.spark.session().read.format("delta").load(lake.uri("e"))
+    assert sorted(r.key for r in by_spark.collect()) == ["a", "b", "c"]
+    assert sorted(r["at"] - at for r in lake.read_arrow("e").to_pylist()) == [hour] * 3
