@@ -104,7 +104,10 @@ def newest_adds(table_uri: str, version: int, *, whole: bool = True) -> dict[str
     identity = _identity(log, version)
     if identity is not None:
         with _LAST_READ_LOCK:
+            _LAST_READ.pop((log, whole), None)
             _LAST_READ[(log, whole)] = (version, identity, dict(newest))
+            while len(_LAST_READ) > _LOGS_KEPT:
+                del _LAST_READ[next(iter(_LAST_READ))]  # the least recently read
     return newest
 
 
@@ -112,6 +115,7 @@ _LAST_READ: dict[tuple[Path, bool], tuple[int, tuple[int, int, int], dict[str, A
 """Per log (and `whole`), the version last read, the identity of its commit file, and
 what the read found."""
 _LAST_READ_LOCK = threading.Lock()
+_LOGS_KEPT = 16
 
 
 def _last_read(
