@@ -383,6 +383,7 @@ def index_files(lakehouse) -> dict[int, list[list[int]]]:
     return files
 
 
+@pytest.mark.long_on_delta_spark
 def test_the_index_merges_its_appended_files_and_is_rebuilt_past_its_share(
     lakehouse, write_batch, apply, monkeypatch
 ):
@@ -633,6 +634,7 @@ def test_a_repair_that_failed_after_its_publish_committed_is_made_by_the_next_lo
     )
 
 
+@pytest.mark.long_on_delta_spark
 def test_user_events_keep_one_row_per_event_on_the_object_store(s3_lakehouse, spark):
     """On an object store the record-level index holds keys and days only (its files are
     not read one by one there) and the publish MERGEs the days it names: versions of one
