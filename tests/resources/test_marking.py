@@ -37,6 +37,11 @@ def events(rows: list[tuple[str, dt.datetime]], day: dt.date = DAY) -> pa.Table:
     )
 
 
+def created(lake: Lakehouse, rows: pa.Table) -> None:
+    """Table `e` made with `rows`, partitioned by day, with deletion vectors."""
+    lake.append("e", rows, metadata=META, partition_by=["day"], table_properties=PROPERTIES)
+
+
 def data_files(lake: Lakehouse) -> set[Path]:
     root = Path(lake.uri("e"))
     return {p for p in root.rglob("*") if p.is_file() and "_delta_log" not in p.parts}
@@ -47,13 +52,7 @@ def test_a_commit_that_lost_its_version_is_refused_and_leaves_no_file(lake):
     would take exists, so the commit is refused (the lakehouse then starts again) and the
     vector and data files it wrote are deleted."""
     at = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
-    lake.append(
-        "e",
-        events([("a", at), ("b", at)]),
-        metadata=META,
-        partition_by=["day"],
-        table_properties=PROPERTIES,
-    )
+    created(lake, events([("a", at), ("b", at)]))
     stale = DeltaTable(lake.uri("e"))
     lake.append("e", events([("c", at)]), metadata=META)
     files = data_files(lake)
@@ -75,9 +74,7 @@ def test_the_bounds_of_a_new_file_hold_every_timestamp_it_has(lake):
     outwards, so a reader that skips files by them never skips a row (microseconds past
     the millisecond, below and above)."""
     at = dt.datetime(2024, 1, 1, 12, tzinfo=dt.UTC)
-    lake.append(
-        "e", events([("a", at)]), metadata=META, partition_by=["day"], table_properties=PROPERTIES
-    )
+    created(lake, events([("a", at)]))
     low, high = at + dt.timedelta(microseconds=1001), at + dt.timedelta(microseconds=2999)
     lake.upsert_newest(
         "e",
@@ -131,13 +128,7 @@ def test_a_writer_that_read_a_file_before_it_was_marked_cannot_commit_over_the_m
     it would otherwise write the marked rows back; made again, it keeps them out."""
     at = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     for part in range(3):
-        lake.append(
-            "e",
-            events([(f"k{part}a", at), (f"k{part}b", at)]),
-            metadata=META,
-            partition_by=["day"],
-            table_properties=PROPERTIES,
-        )
+        created(lake, events([(f"k{part}a", at), (f"k{part}b", at)]))
     stale = DeltaTable(lake.uri("e"))
     later = at + dt.timedelta(hours=1)
     lake.upsert_newest("e", events([("k0a", later), ("k1a", later)]), upsert=UPSERT, metadata=META)
@@ -163,13 +154,7 @@ def test_rows_located_by_the_caller_are_marked_where_they_lie(lake):
     name a file that left the table, and the upsert reads the partition instead."""
     at = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     hour = dt.timedelta(hours=1)
-    lake.append(
-        "e",
-        events([("a", at), ("b", at), ("c", at)]),
-        metadata=META,
-        partition_by=["day"],
-        table_properties=PROPERTIES,
-    )
+    created(lake, events([("a", at), ("b", at), ("c", at)]))
     before = lake.version("e")
     first = lake.located_rows("e", version=before, columns=["key", "at"])
     lake.upsert_newest("e", events([("b", at + hour)]), upsert=UPSERT, metadata=META)
@@ -213,13 +198,7 @@ def test_a_file_that_loses_its_last_rows_is_removed_not_marked(lake):
     (no vector keeps it), and Spark reads the table as delta-rs does."""
     at = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     hour = dt.timedelta(hours=1)
-    lake.append(
-        "e",
-        events([("a", at), ("b", at)]),
-        metadata=META,
-        partition_by=["day"],
-        table_properties=PROPERTIES,
-    )
+    created(lake, events([("a", at), ("b", at)]))
     lake.append("e", events([("c", at)]), metadata=META)
     before = set(DeltaTable(lake.uri("e")).file_uris())
     result = lake.upsert_newest(
