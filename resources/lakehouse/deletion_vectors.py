@@ -59,6 +59,16 @@ class Added:
     stats: str | None = None
     """Its statistics (JSON); read with `whole` only."""
 
+    @classmethod
+    def of(cls, add: dict[str, Any]) -> Added:
+        """The whole of an `add` action, as a commit writes it."""
+        return cls(
+            add.get("deletionVector"),
+            add["path"],
+            add.get("partitionValues") or {},
+            add.get("stats"),
+        )
+
     @property
     def deleted(self) -> int:
         return int((self.vector or {}).get("cardinality") or 0)
@@ -213,12 +223,9 @@ def _read_commit(commit: Path, newest: dict[str, Added], whole: bool) -> None:
             add = json.loads(line).get("add")
             if add is None:
                 continue
-            vector = add.get("deletionVector")
-            if whole:
-                values = add.get("partitionValues") or {}
-                newest[unquote(add["path"])] = Added(vector, add["path"], values, add.get("stats"))
-            else:
-                newest[unquote(add["path"])] = Added(vector)
+            newest[unquote(add["path"])] = (
+                Added.of(add) if whole else Added(add.get("deletionVector"))
+            )
 
 
 # -- the vectors themselves -----------------------------------------------------------

@@ -30,7 +30,7 @@ from deltalake import (
 )
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from resources.lakehouse import addressable, marking, port
+from resources.lakehouse import addressable, located, marking, port
 from resources.lakehouse.deletion_vectors import deleted_rows
 from resources.lakehouse.frames import frame_from_arrow, is_arrow
 from resources.lakehouse.predicates import (
@@ -64,8 +64,6 @@ def _as_arrow(data: port.Data) -> pa.Table | pa.RecordBatchReader:
 
 
 _LONG_LIST = 1_000
-_READERS = 2
-"""Threads reading files (pyarrow releases the GIL while it reads)."""
 """Values from which an IN list is read by `_read_by_long_list`: DataFusion takes 140 ms
 to plan a query of 10,000 values (on a table of three rows), the time a scan of 10M
 rows takes."""
@@ -105,7 +103,7 @@ def _read_by_long_list(
         return None
     data_schema = pa.schema([f for f in schema if f.name not in metadata.partition_columns])
     values = np.unique(np.asarray([v for v in where.values if v is not None], dtype=np.int64))
-    with ThreadPoolExecutor(_READERS) as readers:
+    with ThreadPoolExecutor(located.FILE_READERS) as readers:
         parts = list(
             readers.map(
                 lambda uri: addressable.rows_among(uri, data_schema, where.column, values, wanted),

@@ -26,8 +26,9 @@ PATH = "_path"
 """A row's file: its path relative to the table's folder, decoded."""
 ROW = "_row"
 """A row's position in its file, from 0, counting the rows its vector deletes."""
-_READERS = 2
-"""Threads reading files (pyarrow releases the GIL while it reads)."""
+FILE_READERS = 2
+"""Threads reading a table's files (pyarrow releases the GIL while it reads): on two
+cores, two read 366 small files as fast as four."""
 
 
 def relative_paths(table_uri: str, file_uris: Sequence[str]) -> list[str] | None:
@@ -68,12 +69,7 @@ def added_between(
             if (add := action.get("add")) is not None:
                 path = unquote(add["path"])
                 first.setdefault(path, "add")
-                newest[path] = deletion_vectors.Added(
-                    add.get("deletionVector"),
-                    add["path"],
-                    add.get("partitionValues") or {},
-                    add.get("stats"),
-                )
+                newest[path] = deletion_vectors.Added.of(add)
             elif (remove := action.get("remove")) is not None:
                 path = unquote(remove["path"])
                 first.setdefault(path, "remove")
@@ -120,7 +116,7 @@ def live_rows(
         values[ROW] = pa.array(positions)
         return pa.table(values)
 
-    with ThreadPoolExecutor(_READERS) as readers:
+    with ThreadPoolExecutor(FILE_READERS) as readers:
         parts = list(readers.map(read, paths))
     if not parts:
         return pa.table({c: pa.array([], pa.null()) for c in (*columns, PATH, ROW)})

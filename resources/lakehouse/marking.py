@@ -52,7 +52,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from resources.lakehouse import deletion_vectors
-from resources.lakehouse.located import PATH, ROW
+from resources.lakehouse.located import FILE_READERS, PATH, ROW
 from resources.lakehouse.port import AppTransaction, NewestWins
 from resources.lakehouse.predicates import partition_text
 
@@ -64,9 +64,6 @@ whose table sets no invariant or `delta.appendOnly` and whose rows hold no varia
 (checked by `_writable`)."""
 _PLAIN_VALUE = re.compile(r"^[0-9A-Za-z_.-]+$")
 """Partition values that name a folder as they are (no escaping to agree on)."""
-_READERS = 2
-"""Threads reading candidate files (pyarrow releases the GIL while it reads): on two
-cores, two read 366 small files as fast as four."""
 
 
 def upsert(
@@ -197,7 +194,7 @@ def _stored_rows(
             }
         )
 
-    with ThreadPoolExecutor(_READERS) as readers:
+    with ThreadPoolExecutor(FILE_READERS) as readers:
         parts = list(readers.map(read, range(len(paths))))
     if not parts:
         none = wanted.schema.empty_table()
@@ -313,7 +310,7 @@ def _values_at(
         values = pq.ParquetFile(root / paths[index]).read(columns=[column], use_threads=False)
         return at, values.column(0).take(pa.array(row_of[at])).combine_chunks()
 
-    with ThreadPoolExecutor(_READERS) as readers:
+    with ThreadPoolExecutor(FILE_READERS) as readers:
         parts = list(readers.map(read, wanted.tolist()))
     placed = np.concatenate([at for at, _ in parts])
     values = pa.concat_arrays([v for _, v in parts])
