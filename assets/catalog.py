@@ -13,6 +13,7 @@ from typing import Any, cast
 import dagster as dg
 
 from assets.external import CONTROL, LANDING, OWNER, WRITES, landing_key
+from resources.catalog import SCHEMA, catalog_name
 
 # How restore_table treats an asset's partitions (see assets/maintenance.py); `{key}` is
 # the asset's key.
@@ -38,16 +39,23 @@ RESTORE_PROXY = "point_device_snapshot points the proxy back at an earlier snaps
 
 _RESTORE = "restore"
 _READS = "landing_folders"
+RELATIONS = "relations"
 """Definition metadata keys of the declaration, shown on the asset's page."""
 
 
 def declared(
-    pattern: str, *, restore: str, reads: Sequence[str] = (), writes: Sequence[str] = ()
+    pattern: str,
+    *,
+    restore: str,
+    reads: Sequence[str] = (),
+    writes: Sequence[str] = (),
+    relations: Sequence[str] = (),
 ) -> dict[str, Any]:
     """What an asset declares of itself for the catalog, spread into its `@dg.asset`
     (`**declared(...)`): the pattern it implements, how to restore it (one of the
-    RESTORE_* notes), the landing folders it reads and the control tables it writes (see
-    `assets.external`: LANDING, CONTROL)."""
+    RESTORE_* notes), the landing folders it reads, the control tables it writes (see
+    `assets.external`: LANDING, CONTROL), and the lakehouse tables or views readers
+    query it by (default: one named as the asset)."""
     for kind, names, known in (
         ("landing folder", reads, LANDING),
         ("control table", writes, CONTROL),
@@ -57,7 +65,12 @@ def declared(
             raise ValueError(f"no {kind} {', '.join(unknown)} (see assets/external.py)")
     return {
         "tags": {"pattern": pattern},
-        "metadata": {_RESTORE: restore, _READS: list(reads), WRITES: list(writes)},
+        "metadata": {
+            _RESTORE: restore,
+            _READS: list(reads),
+            WRITES: list(writes),
+            RELATIONS: list(relations),
+        },
     }
 
 
@@ -69,8 +82,10 @@ def _with_policy(spec: dg.AssetSpec) -> dg.AssetSpec:
     description = (
         f"{spec.description or ''}\n\nPattern: {spec.tags['pattern']}. Restore: {restore}"
     ).strip()
+    relations = [catalog_name(r) for r in spec.metadata[RELATIONS] or [spec.key.path[-1]]]
+    shown = {_RESTORE: restore, RELATIONS: [f"{SCHEMA}.{name}" for name in relations]}
     return spec.replace_attributes(
-        description=description, metadata={**spec.metadata, _RESTORE: restore}
+        description=description, metadata={**spec.metadata, **shown}
     ).merge_attributes(
         owners=[OWNER], deps=[landing_key(folder) for folder in spec.metadata[_READS]]
     )

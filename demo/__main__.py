@@ -28,6 +28,7 @@ from assets.overwriting.calendar import week_start
 from assets.overwriting.data_overwrite import VISITS_DAILY
 from assets.overwriting.exposition import read_visits
 from assets.partition_range import existing_keys
+from assets.views import asset_relations
 from demo import catalog, database, telemetry, updates, warehouse
 from demo.dagster_dev import Dagster, DemoError, attach_or_start
 from demo.dates import CHECKSUMS_FILE, START_FILE, DemoDates, demo_dates
@@ -234,7 +235,7 @@ def run_demo(
         checksums.update(run())
         parts[part] = time.monotonic() - began
     began = time.monotonic()
-    by_name = catalog.run(lakehouse, len(daily_rows))
+    by_name = catalog.run(lakehouse, len(daily_rows), asset_relations(defs))
     parts["catalog"] = time.monotonic() - began
     correct = "MISMATCH" not in checksums.values() and by_name
     print(compare_with_previous(checksums_file, checksums))

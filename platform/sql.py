@@ -5,7 +5,8 @@
 
 Uses the long-lived Spark of `make dev` when it is up (else starts one for the length of
 the command and stops it after), drops the names whose table is gone, registers every
-table under LAKEHOUSE_ROOT that its catalog lacks (resources/catalog.py), and runs
+table under LAKEHOUSE_ROOT that its catalog lacks and every view as the data stands
+(resources/catalog.py, assets/views.py), and runs
 pyspark's own beeline on the catalog's JDBC URL. Any JDBC tool (DBeaver, Superset,
 another beeline) connects to the same URL while `make dev` runs. Run as a script
 (`platform/` is not a package).
@@ -23,7 +24,9 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT_ROOT))
 
-from resources.catalog import BEELINE_PROMPT, Catalog, beeline, tables_under  # noqa: E402
+from assets.views import register_lakehouse  # noqa: E402
+from resources import Lakehouse  # noqa: E402
+from resources.catalog import BEELINE_PROMPT, Catalog, beeline  # noqa: E402
 from resources.object_store import is_object_store  # noqa: E402
 from resources.spark_server import (  # noqa: E402
     SparkServer,
@@ -43,10 +46,10 @@ def register_missing(catalog: Catalog, root: str) -> None:
     gone = catalog.forget_missing()
     if gone:
         say(f"Dropped {len(gone)} name(s) whose table is gone: {', '.join(gone)}")
-    took = catalog.ensure(tables_under(root))
+    took = register_lakehouse(catalog, Lakehouse(root=root))
     if took:
         say(
-            f"Registered {len(took)} table(s) new to the catalog in "
+            f"Registered {len(took)} table(s) and view(s) new to the catalog in "
             f"{time.monotonic() - started:.1f} s: {', '.join(sorted(took))}"
         )
 

@@ -14,20 +14,30 @@ Who registers:
 - `make sql`, for every table under the root that is missing (written by a run that
   booted a local Spark, by the tests, or before the catalog existed).
 
+A relation readers query by name that is no table of its own (the telemetry running
+totals, the proxy's current snapshot, the visits exposition) is a `View` over registered
+tables: `CREATE OR REPLACE VIEW`, made again whenever its SQL changes. The assets that
+shape it expose it to their run's lakehouse (`Lakehouse.expose`), which registers it with
+the tables it committed to; `make sql` registers every view as the data stands
+(`assets/views.py`).
+
 Each registration leaves a mark in the catalog's folder (a file per name, holding the
-location), so that a run asks nothing of Spark for a table already registered. The marks
-live beside the embedded metastore they describe, and a mark that disagrees with the
-metastore is corrected at the next registration of that name.
+location, or the view's SQL), so that a run asks nothing of Spark for a name already
+registered as it stands. The marks live beside the embedded metastore they describe, and
+a mark that disagrees with the metastore is corrected at the next registration of that
+name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,6 +53,23 @@ def catalog_name(table: str) -> str:
     as `__` and any other character a Hive name cannot hold as `_`
     (`telemetry/totals` -> `telemetry__totals`)."""
     return _NOT_IN_A_NAME.sub("_", table.strip("/").replace("/", "__")).lower()
+
+
+@dataclass(frozen=True)
+class View:
+    """`lakehouse.<name>`: the query `select` over the lakehouse tables `reads`, which it
+    names as `{0}`, `{1}`, ... (each table's catalog name is put in its place)."""
+
+    name: str
+    select: str
+    reads: tuple[str, ...]
+
+    def sql(self, name_of: Callable[[str], str]) -> str:
+        """The query, each table it reads named by `name_of(table)`."""
+        return self.select.format(*(name_of(table) for table in self.reads))
+
+    def catalog_sql(self) -> str:
+        return self.sql(lambda table: f"{SCHEMA}.{catalog_name(table)}")
 
 
 def _quoted(location: str) -> str:
@@ -61,6 +88,7 @@ class Catalog:
         self.folder = Path(folder)
         self.remote = remote
         self.marks = self.folder / "registered"
+        self.view_marks = self.folder / "registered_views"
 
     def marked(self, name: str) -> str | None:
         """The location `name` was registered at, as its mark says."""
@@ -69,10 +97,18 @@ class Catalog:
         except OSError:
             return None
 
-    def _mark(self, name: str, location: str) -> None:
-        partial = self.marks / f".{name}.{uuid.uuid4().hex}"
+    def _mark(self, name: str, location: str, *, marks: Path | None = None) -> None:
+        folder = marks or self.marks
+        partial = folder / f".{name}.{uuid.uuid4().hex}"
         partial.write_text(location)
-        partial.replace(self.marks / name)
+        partial.replace(folder / name)
+
+    def _view_mark(self, name: str) -> dict | None:
+        """The view `name` as it was registered: its SQL and the tables it reads."""
+        try:
+            return json.loads((self.view_marks / name).read_text())
+        except (OSError, ValueError):
+            return None
 
     @contextlib.contextmanager
     def _session(self) -> Iterator[SparkSession]:
@@ -83,6 +119,7 @@ class Catalog:
         try:
             session.sql(f"CREATE DATABASE IF NOT EXISTS {SCHEMA}")
             self.marks.mkdir(parents=True, exist_ok=True)
+            self.view_marks.mkdir(parents=True, exist_ok=True)
             yield session
         finally:
             session.stop()
@@ -94,16 +131,22 @@ class Catalog:
         with self._session():
             pass
 
-    def ensure(self, tables: Mapping[str, str]) -> dict[str, float]:
-        """Register each `table: location` that is not marked at that location; returns
-        the seconds each registration took. One Spark Connect session for all of them,
-        opened only when one is missing."""
+    def ensure(self, tables: Mapping[str, str], views: Sequence[View] = ()) -> dict[str, float]:
+        """Register each `table: location` that is not marked at that location, then each
+        view whose SQL differs from its mark (every table a view reads must be among
+        `tables` or registered already); returns the seconds each registration took. One
+        Spark Connect session for all of them, opened only when one is missing."""
         missing = {
             name: location
             for table, location in tables.items()
             if self.marked(name := catalog_name(table)) != location
         }
-        if not missing:
+        changed = [
+            view
+            for view in views
+            if (self._view_mark(view.name) or {}).get("sql") != view.catalog_sql()
+        ]
+        if not missing and not changed:
             return {}
         took = {}
         with self._session() as session:
@@ -112,33 +155,61 @@ class Catalog:
                 _register(session, name, location)
                 self._mark(name, location)
                 took[name] = time.monotonic() - started
+            for view in changed:
+                started = time.monotonic()
+                if self.marked(view.name) is not None:
+                    # The name was a table's: an external one, so dropping it drops the
+                    # name only.
+                    session.sql(f"DROP TABLE IF EXISTS {SCHEMA}.{view.name}")
+                    (self.marks / view.name).unlink()
+                session.sql(f"CREATE OR REPLACE VIEW {SCHEMA}.{view.name} AS {view.catalog_sql()}")
+                reads = [catalog_name(table) for table in view.reads]
+                mark = json.dumps({"sql": view.catalog_sql(), "reads": reads})
+                self._mark(view.name, mark, marks=self.view_marks)
+                took[view.name] = time.monotonic() - started
         return took
 
     def forget_missing(self) -> list[str]:
         """Drop the names whose table is gone (a local location without its Delta log,
-        e.g. a week frozen into its year) and their marks; returns the names dropped."""
+        e.g. a week frozen into its year), the views that read one, and their marks;
+        returns the names dropped."""
         gone = [
             mark.name
             for mark in sorted(self.marks.glob("[!.]*"))
             if not _is_delta_table(mark.read_text())
         ]
-        if gone:
+        dangling = [
+            mark.name
+            for mark in sorted(self.view_marks.glob("[!.]*"))
+            if set(gone) & set((self._view_mark(mark.name) or {}).get("reads", []))
+        ]
+        if gone or dangling:
             with self._session() as session:
+                for name in dangling:
+                    session.sql(f"DROP VIEW IF EXISTS {SCHEMA}.{name}")
+                    (self.view_marks / name).unlink()
                 for name in gone:
                     # An external table: dropping it drops the name only.
                     session.sql(f"DROP TABLE IF EXISTS {SCHEMA}.{name}")
                     (self.marks / name).unlink()
-        return gone
+        return dangling + gone
 
-    def try_ensure(self, tables: Mapping[str, str], *, warn: Callable[[str], None]) -> None:
+    def try_ensure(
+        self,
+        tables: Mapping[str, str],
+        views: Sequence[View] = (),
+        *,
+        warn: Callable[[str], None],
+    ) -> None:
         """`ensure`, for a process whose data is already committed: a registration that
         fails is said to `warn` in one line, not raised (`make sql` registers it)."""
         try:
-            self.ensure(tables)
+            self.ensure(tables, views)
         except Exception as error:  # the commit stands; the catalog catches up later
             reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            names = [*tables, *(view.name for view in views)]
             warn(
-                f"could not register {', '.join(tables)} in the SQL catalog "
+                f"could not register {', '.join(names)} in the SQL catalog "
                 f"({reason or type(error).__name__}): `make sql` registers what is missing"
             )
 

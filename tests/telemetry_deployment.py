@@ -154,7 +154,7 @@ class Deployment:
         query = QueryBuilder()
         for table in (control.WITHIN_HOUR, control.HOUR_START):
             query.register(table, DeltaTable(self.lakehouse.uri(table)))
-        rows = pa.table(query.execute(control.RUNNING_TOTALS_SQL).read_all()).to_pylist()
+        rows = pa.table(query.execute(control.RUNNING_TOTALS_VIEW.sql(str)).read_all()).to_pylist()
         return sorted(tuple(r.values()) for r in rows)
 
     def hourly(self) -> list[tuple]:

@@ -185,7 +185,7 @@ def test_make_sql_registers_what_runs_without_the_catalog_wrote_and_answers_by_n
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| n  |" in done.stdout and "| 2  |" in done.stdout
     assert "jdbc:hive2://" not in done.stdout  # beeline's prompt is not part of the rows
-    assert "Registered 2 table(s) new to the catalog" in done.stderr
+    assert "Registered 2 table(s) and view(s) new to the catalog" in done.stderr
     assert f"{catalog_name('telemetry/totals')}, visits_daily" in done.stderr
     state = home.parent / "spark" / "connect"
     assert SparkServer(state).description() is None

@@ -1,10 +1,14 @@
 """The README and docs/ hold together: every link between them resolves (file and heading),
-every `make` target they name exists, and every project file they cite is there. Their
-CLI commands are run as written by tests/test_readme_commands.py."""
+every `make` target they name exists, every project file they cite is there, and every
+Python example they give runs as written. Their CLI commands are run as written by
+tests/test_readme_commands.py."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 from support import platform_module
@@ -14,6 +18,7 @@ DOCS = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").rglob("*.md"
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 CODE = re.compile(r"`([^`\n]+)`")
 MAKE = re.compile(r"(?:^|\s)make ([a-z][\w-]*)")
+PYTHON_EXAMPLE = re.compile(r"^( *)```python\n(.*?)^\1```", flags=re.MULTILINE | re.DOTALL)
 CITED_FILE = re.compile(r"^(?:assets|resources|sensors|platform|demo|benchmarks|tests)/[\w/]+\.py$")
 
 
@@ -95,3 +100,20 @@ def test_the_patterns_index_names_every_asset_and_its_page_names_the_asset(tmp_p
         assert module.as_posix() in text or module.parent.as_posix() + "/" in text, (
             f"{pages[name].name} does not name {module}"
         )
+
+
+def test_every_python_example_in_the_docs_runs_as_written(tmp_path):
+    """Each ```python block of the README and docs/, as a user pastes it: in a folder of
+    its own (a relative `.data/...` is there, empty), with the project installed. It
+    must exit 0, which also catches a library aborting the process at exit."""
+    examples = [
+        (doc.relative_to(PROJECT_ROOT), textwrap.dedent(code))
+        for doc in DOCS
+        for _, code in PYTHON_EXAMPLE.findall(doc.read_text(encoding="utf-8"))
+    ]
+    assert examples, "the docs give Python examples (docs/patterns/telemetry.md does)"
+    for doc, code in examples:
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, f"{doc}: example fails:\n{code}\n{done.stderr[-3000:]}"

@@ -31,6 +31,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from resources.catalog import View
 from resources.lakehouse import CommitResult, Lakehouse
 
 SNAPSHOTS = "device_snapshot"
@@ -149,9 +150,20 @@ def retire(
 def write_manifest(
     lakehouse: Lakehouse, entries: Sequence[SnapshotEntry], *, metadata: Mapping[str, Any]
 ) -> CommitResult:
-    """Replace the whole manifest in one commit: readers switch atomically."""
+    """Replace the whole manifest in one commit: readers switch atomically, and SQL
+    readers follow when the run registers the view (`snapshot_view`)."""
     rows = pa.Table.from_pylist([vars(e) for e in entries], schema=SNAPSHOT_MANIFEST_SCHEMA)
-    return lakehouse.overwrite(SNAPSHOT_MANIFEST, rows, metadata=metadata)
+    result = lakehouse.overwrite(SNAPSHOT_MANIFEST, rows, metadata=metadata)
+    view = snapshot_view(entries)
+    if view is not None:
+        lakehouse.expose(view)
+    return result
+
+
+def snapshot_view(entries: Iterable[SnapshotEntry]) -> View | None:
+    """`device_snapshot` by name in SQL: the current snapshot (None: there is none)."""
+    current = current_snapshot(entries)
+    return None if current is None else View(VIEW, "SELECT * FROM {0}", (current.snapshot,))
 
 
 def drop_retired(lakehouse: Lakehouse, entries: Sequence[SnapshotEntry]) -> list[str]:

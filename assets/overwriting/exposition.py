@@ -17,6 +17,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from assets.overwriting.visits_source import VISIT_COLUMNS
+from resources.catalog import View
 from resources.lakehouse import (
     CommitResult,
     Lakehouse,
@@ -26,6 +27,8 @@ from resources.lakehouse import (
 from resources.lakehouse.predicates import is_in, matches
 
 VISITS_MANIFEST = "visits_manifest"
+VISITS_WEEKLY = "visits_weekly"
+"""The relation readers query: the view over the weekly and yearly tables."""
 Status = Literal["active", "retired"]
 
 _VISITS_MANIFEST_SCHEMA = pa.schema(
@@ -88,18 +91,42 @@ def upsert_manifest(
     return result
 
 
+def expose_visits(lakehouse: Lakehouse) -> None:
+    """The view `visits_weekly` as the manifest now stands, for the run's catalog."""
+    view = visits_view(manifest_entries(lakehouse))
+    if view is not None:
+        lakehouse.expose(view)
+
+
 def exposed_table_count(lakehouse: Lakehouse) -> int:
     return len(set(active_tables(manifest_entries(lakehouse)).values()))
 
 
+def weeks_by_table(entries: Iterable[ManifestEntry]) -> dict[str, list[dt.date]]:
+    """table -> the weeks readers see in it, as the manifest `entries` say."""
+    weeks: dict[str, list[dt.date]] = {}
+    for week, table in sorted(active_tables(entries).items()):
+        weeks.setdefault(table, []).append(week)
+    return weeks
+
+
+def visits_view(entries: Iterable[ManifestEntry]) -> View | None:
+    """`visits_weekly` by name in SQL: each week from the one table the manifest
+    `entries` name (None before the first week)."""
+    tables = weeks_by_table(entries)
+    columns = ", ".join(EXPOSED_COLUMNS)
+    selects = [
+        f"SELECT {columns} FROM {{{n}}} WHERE {is_in('week_start', weeks).render('spark')}"
+        for n, weeks in enumerate(tables.values())
+    ]
+    return View(VISITS_WEEKLY, "\nUNION ALL\n".join(selects), tuple(tables)) if selects else None
+
+
 def read_visits(lakehouse: Lakehouse, spark: SparkSession) -> DataFrame:
     """Every exposed visit, each week read from the one table the manifest names."""
-    weeks_by_table: dict[str, list[dt.date]] = {}
-    for week, table in sorted(active_tables(manifest_entries(lakehouse)).items()):
-        weeks_by_table.setdefault(table, []).append(week)
     frames = [
         lakehouse.read(table, where=is_in("week_start", weeks)).select(*EXPOSED_COLUMNS)
-        for table, weeks in weeks_by_table.items()
+        for table, weeks in weeks_by_table(manifest_entries(lakehouse)).items()
     ]
     if not frames:
         return spark.createDataFrame([], _empty_schema())

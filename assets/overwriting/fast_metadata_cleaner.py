@@ -24,6 +24,7 @@ from assets.overwriting.data_overwrite import VISITS_DAILY, visits_daily
 from assets.overwriting.exposition import (
     ManifestEntry,
     active_tables,
+    expose_visits,
     exposed_table_count,
     manifest_entries,
     upsert_manifest,
@@ -174,6 +175,7 @@ def visits_weekly(
 
     with progress.phase("write"):
         materialize_partitions(context, materialize_week, on_failure="continue")
+    expose_visits(lakehouse)
     tables = exposed_table_count(lakehouse)
     warn_at = int(config.table_limit * config.warn_ratio)
     return dg.MaterializeResult(

@@ -18,6 +18,7 @@ from assets.overwriting.calendar import iso_year, week_start
 from assets.overwriting.exposition import (
     VISITS_MANIFEST,
     ManifestEntry,
+    expose_visits,
     manifest_entries,
     upsert_manifest,
     weekly_table,
@@ -119,6 +120,7 @@ def freeze_old_weeks(
             swaps.append(ManifestEntry(monday, target, "active", now))
     if swaps:
         upsert_manifest(lakehouse, swaps, metadata=metadata)
+        expose_visits(lakehouse)
     # A week re-materialized while we copied it: carry its newest rows over (the weekly
     # asset does the same from its side when it sees the swap).
     for monday, version in copied.items():

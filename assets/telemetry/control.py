@@ -30,6 +30,7 @@ from assets.telemetry.reconcile import (
 )
 from assets.telemetry.subjects import app_id
 from resources import Lakehouse
+from resources.catalog import View
 from resources.lakehouse import AppTransaction, WhenMatchedUpdate, WhenNotMatchedInsert
 from resources.lakehouse.predicates import (
     Compare,
@@ -343,16 +344,18 @@ def rows_by_hour(
     return estimate
 
 
-RUNNING_TOTALS_SQL = f"""
-SELECT w.subject_key, w.ts, w.source, w.line,
+RUNNING_TOTALS_VIEW = View(
+    TOTALS,
+    """SELECT w.subject_key, w.ts, w.source, w.line,
        s.start_in_spec + w.hour_cum_in_spec AS cum_in_spec,
        s.start_out_of_spec + w.hour_cum_out_of_spec AS cum_out_of_spec,
        s.start_mispicks + w.hour_cum_mispicks AS cum_mispicks
-FROM {WITHIN_HOUR} w
-JOIN {HOUR_START} s ON w.subject_key = s.subject_key AND w.hour = s.hour
-"""
-"""`telemetry_running_totals` as a SQL view over its two tables: what `running_totals`
-computes, for SQL clients."""
+FROM {0} w
+JOIN {1} s ON w.subject_key = s.subject_key AND w.hour = s.hour""",
+    (WITHIN_HOUR, HOUR_START),
+)
+"""`telemetry_running_totals` as a SQL view over its two tables (in the catalog,
+`lakehouse.telemetry_running_totals`): what `running_totals` computes, for SQL clients."""
 
 
 def last_hour(lakehouse: Lakehouse, subject_key: str) -> dt.datetime | None:

@@ -237,13 +237,15 @@ def telemetry_running_totals(
     context: dg.AssetExecutionContext, lakehouse: Lakehouse, telemetry_settings: TelemetrySettings
 ) -> dg.MaterializeResult:
     """Cumulative in-spec, out-of-spec and mispick counts of each raw row since the start
-    of the subject's history (ordered by ts, source, line). Read it with
-    `control.running_totals`: it is stored as in-hour sums (telemetry_totals_within_hour)
-    plus the totals before each hour (telemetry_totals_hour_start), so late data
-    recomputes the rows of the hours it touches and one row per later hour, never the
-    rows after it. Records the raw version it reflects."""
+    of the subject's history (ordered by ts, source, line). Read it by name in SQL
+    (`lakehouse.telemetry_running_totals`, a view) or with `control.running_totals`: it
+    is stored as in-hour sums (telemetry_totals_within_hour) plus the totals before each
+    hour (telemetry_totals_hour_start), so late data recomputes the rows of the hours it
+    touches and one row per later hour, never the rows after it. Records the raw version
+    it reflects."""
     subject = context.partition_key
     result = _reconciled(context, lakehouse, telemetry_settings, control.TOTALS, reconcile_totals)
+    lakehouse.expose(control.RUNNING_TOTALS_VIEW)
     shown = {
         "hour_starts_rewritten": dg.MetadataValue.int(result.hour_starts_rewritten),
         "stored_in": dg.MetadataValue.json([control.WITHIN_HOUR, control.HOUR_START]),

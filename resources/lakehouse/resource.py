@@ -14,9 +14,9 @@ from urllib.parse import unquote, urlparse
 import dagster as dg
 import pyarrow as pa
 from pyarrow import fs as pafs
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
-from resources.catalog import Catalog
+from resources.catalog import Catalog, View
 from resources.lakehouse import deletion_vectors, located, port
 from resources.lakehouse.frames import StagedParts, staged_parts
 from resources.lakehouse.predicates import Dialect, Predicate, Sha256, Value
@@ -51,7 +51,9 @@ class Lakehouse(dg.ConfigurableResource):
     root: str
     """A local directory or an object-store URI (`s3://bucket/prefix`)."""
     engine: Literal["delta-rs", "delta-spark"] = "delta-rs"
-    spark: SparkResource
+    spark: SparkResource = Field(default_factory=SparkResource)
+    """The Spark the delta-spark engine and `read` use; by default a local one, which
+    starts only when something needs it (delta-rs reads and writes need no JVM)."""
     s3: S3Storage | None = None
     """Endpoint and credentials for an `s3://` root (unset: the AWS_* environment)."""
     commit_attempts: int = 10
@@ -63,6 +65,8 @@ class Lakehouse(dg.ConfigurableResource):
     _committed: set[str] = PrivateAttr(default_factory=set)
     """The tables this lakehouse committed to, registered in the SQL catalog at the end
     of the run (`teardown_after_execution`)."""
+    _exposed: dict[str, View] = PrivateAttr(default_factory=dict)
+    """The views the run's assets shaped (`expose`), registered with those tables."""
 
     # -- naming -------------------------------------------------------------------------
 
@@ -612,22 +616,34 @@ class Lakehouse(dg.ConfigurableResource):
             )
         return self._catalog[0]
 
+    def expose(self, *views: View) -> None:
+        """Register `views` in the SQL catalog with the tables this run commits to (a
+        view whose SQL is unchanged costs a file check)."""
+        self._exposed.update((view.name, view) for view in views)
+
     def register_committed(self, warn: Callable[[str], None]) -> None:
         """Register the tables committed to through this lakehouse (and its other
-        engine's) in the SQL catalog, if there is one (resources/catalog.py): a file
-        check each once they are registered. After the run's work, not at each commit:
-        the first registration on a fresh server waits seconds on its metastore, and
-        nothing the run commits should wait for the catalog."""
+        engine's), and the views exposed to it with the tables they read, in the SQL
+        catalog, if there is one (resources/catalog.py): a file check each once they are
+        registered. After the run's work, not at each commit: the first registration on
+        a fresh server waits seconds on its metastore, and nothing the run commits
+        should wait for the catalog."""
         catalog = self.sql_catalog()
+        exposed = [self._exposed, *(o._exposed for o in self._through_engine.values())]
+        views = list({name: view for views in exposed for name, view in views.items()}.values())
         committed = set().union(
-            self._committed, *(o._committed for o in self._through_engine.values())
+            self._committed,
+            *(o._committed for o in self._through_engine.values()),
+            *(view.reads for view in views),
         )
         if catalog is None or not committed:
             return
         # A table the run dropped after writing it (a week frozen into its year) is not
         # registered: Delta would make an empty table at its location.
         standing = {table: self.uri(table) for table in sorted(committed) if self.exists(table)}
-        catalog.try_ensure(standing, warn=warn)
+        catalog.try_ensure(
+            standing, [view for view in views if set(view.reads) <= set(standing)], warn=warn
+        )
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         self.register_committed(warn=context.log.warning if context.log else print)

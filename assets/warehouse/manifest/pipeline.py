@@ -51,7 +51,11 @@ def _partition(context: dg.AssetExecutionContext) -> str:
     group_name="warehouse",
     kinds={"spark", "delta"},
     **declared(
-        "load-manifest", restore=RESTORE_REPLAY, reads=["enriched"], writes=["load_manifest"]
+        "load-manifest",
+        restore=RESTORE_REPLAY,
+        reads=["enriched"],
+        writes=["load_manifest"],
+        relations=[stage_table(event_type) for event_type in DEFAULT_EVENT_TABLES],
     ),
 )
 def shredded_events(
@@ -98,7 +102,12 @@ def shredded_events(
     deps=[shredded_events],
     group_name="warehouse",
     kinds={"spark", "delta"},
-    **declared("load-manifest", restore=RESTORE_REPLAY, writes=["load_manifest"]),
+    **declared(
+        "load-manifest",
+        restore=RESTORE_REPLAY,
+        writes=["load_manifest"],
+        relations=[warehouse_table(event_type) for event_type in DEFAULT_EVENT_TABLES],
+    ),
 )
 def warehouse_events(
     context: dg.AssetExecutionContext,
