@@ -4,13 +4,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# The project's native library (Rust), built into the venv by set-up.
-NATIVE := native/event_lines/Cargo.toml
 export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
 
 .PHONY: setup instance demo test test-connect test-slow dev sql bench bench-cluster lint clean cluster spark-connect cluster-down
 
-$(STAMP): pyproject.toml $(NATIVE) $(wildcard native/event_lines/src/*.rs native/event_lines/python/event_lines/*.py)
+$(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "Python 3.11+ is needed (found $$($(PYTHON) --version)); set PYTHON=python3.11"; exit 1; }
 	@# The installers' output goes to a log, shown only when it fails.
@@ -23,9 +21,6 @@ $(STAMP): pyproject.toml $(NATIVE) $(wildcard native/event_lines/src/*.rs native
 	@# long to start). The test tools, which only test processes import, are not: compiling
 	@# them too took every set-up 22 s more.
 	$(PY) -m pip install --quiet uv > .data/setup.log 2>&1 || { cat .data/setup.log; exit 1; }
-	@# The project's native library (native/event_lines, Rust) is built from source: stop
-	@# here with what to install rather than fail inside the installer.
-	@command -v cargo > /dev/null || { echo "Rust 1.71+ (cargo) is needed to build native/event_lines: install it with rustup (https://rustup.rs), then run make again"; exit 1; }
 	$(PY) -m uv pip install --quiet --compile-bytecode --python $(PY) -e . >> .data/setup.log 2>&1 || { cat .data/setup.log; exit 1; }
 	$(PY) -m uv pip install --quiet --python $(PY) -e '.[dev]' >> .data/setup.log 2>&1 || { cat .data/setup.log; exit 1; }
 	@# Spark needs Java 17+: stop here with what to install rather than fail deep in a run.
@@ -55,7 +50,6 @@ demo: setup
 # TEST_WORKERS processes share the tests out (each with its own Spark); 1: one process.
 TEST_WORKERS ?= 2
 test: lint
-	cargo test --quiet --release --manifest-path $(NATIVE)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 # The same suite attached to a long-lived Spark (a Spark Connect server each test process
@@ -122,7 +116,6 @@ MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/idempotent-lakehouse/my
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 	MYPY_CACHE_DIR=$(MYPY_CACHE_DIR) $(VENV)/bin/mypy
-	cargo fmt --check --manifest-path $(NATIVE)
 
 clean:
 	rm -rf .data

@@ -5,9 +5,7 @@ functions and Arrow collection, and compiles their generated code, on its first 
 the first one-day run after `make dev` started took 11 to 15 s where the next took 4 s.
 A query of the same shapes over a few lines of a scratch file, run once at start, takes
 that cost out of the first run (8 to 9 s; the rest is the first run's tables being
-created and registered). An event batch file read by the native library in Python
-workers is part of it: a 50-line batch then stages in 0.8 s, against 5.3 s as the first
-work of a fresh Spark. Its data is made up: it warms code paths, never any table.
+created and registered). Its data is made up: it warms code paths, never any table.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from event_lines import pieces
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -41,9 +38,7 @@ def warm_up(remote: str) -> None:
 
 def warm(session: SparkSession) -> None:
     """Queries of the shapes the ingestion runs use, over a few made-up lines: a text
-    scan with JSON and VARIANT parsing, a window, Arrow collection and an aggregation;
-    and an event batch file read by the native library in Python workers, kept, then
-    deduplicated."""
+    scan with JSON and VARIANT parsing, a window, Arrow collection and an aggregation."""
     with tempfile.TemporaryDirectory(prefix="spark-warm-up-") as folder:
         lines = Path(folder) / "warm-up.jsonl"
         lines.write_text(
@@ -70,29 +65,3 @@ def warm(session: SparkSession) -> None:
         )
         rows.toArrow()
         rows.groupBy("day").count().collect()
-        _read_events(session, Path(folder) / "events.jsonl")
-
-
-def _read_events(session: SparkSession, path: Path) -> None:
-    """An event file read as `assets/warehouse/native_events` reads a batch: its tasks
-    run by the native library in Python workers, kept, then the newest of each event."""
-    path.write_text(
-        "".join(
-            json.dumps(
-                {
-                    "event_id": f"e{i % 7}",
-                    "event_timestamp": "2024-01-01T00:00:00Z",
-                    "ingestion_time": f"2024-01-01T00:00:{i:02d}Z",
-                    "user_id": "u",
-                    "payload": {"n": i},
-                }
-            )
-            + "\n"
-            for i in range(LINES)
-        )
-    )
-    read = pieces.read(session, pieces.tasks_of(str(path), path.stat().st_size, 4 << 20))
-    newest = Window.partitionBy("event_id").orderBy(F.col("ingestion_time").desc())
-    read.where(F.col("line").isNotNull()).withColumn("rank", F.row_number().over(newest)).where(
-        F.col("rank") == 1
-    ).count()

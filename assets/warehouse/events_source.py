@@ -7,17 +7,18 @@ one event per line:
 - `payload`: a JSON object;
 - `op`: `upsert` (the default) or `delete`.
 
-Spark's executors read the file: the project's native library splits, numbers and
-hashes it as Spark's text source would, and reads each line that is an event as Spark
-reads it, to the byte (`native_events`); Spark parses and validates every other line
-(`_by_spark`). A rejected line is named by file, line and field, and nothing of the
-batch is staged. Each field has its JSON type: a number where text is due, or a payload
-that is not an object, is refused, never coerced. A line that names one field twice is
-refused as well.
+Spark's executors read the file (`source_files.read_lines`) and parse and validate every
+line with Spark's own functions (`_typed`). A rejected line is named by file, line and
+field, and nothing of the batch is staged. Each field has its JSON type: a number where
+text is due, or a payload that is not an object, is refused, never coerced. A line that
+names one field twice is refused as well.
 
-Canonical payload: the payload parsed as a Spark VARIANT and written back as JSON. That
-form is compact, orders every object's keys (at every depth) and writes each number in one
-way (`2.50` and `2.5` alike), so two spellings of one payload are one text.
+Canonical payload: the payload parsed as a Spark VARIANT and written back as JSON
+(`to_json(parse_json(...))`), computed in this one place, by Spark, whatever the engine.
+That form is compact, orders every object's keys (at every depth) and writes each number
+in one way (`2.50` and `2.5` alike), so two spellings of one payload are one text;
+`tests/assets/warehouse/test_canonical_payload.py` pins it, so a Spark upgrade that
+changed it (and so re-keyed events) fails the suite.
 
 Event key, for an event without `event_id`: the SHA-256 (hex) of the JSON object
 `{"user_id": ..., "event_timestamp": ..., "payload": ...}` whose values are the user id,
@@ -37,19 +38,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from event_lines.pieces import READ
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from assets.source_files import (
+    LINE_FACTS,
     SourceDataError,
+    checked_facts,
     empty_files,
-    first_problems,
     instant,
     json_problem,
+    read_lines,
     wrong_kind_of,
 )
-from assets.warehouse import native_events
 from resources.landing import FileStat, Fingerprint, LandingZone
 
 EVENTS_FOLDER = "events"
@@ -167,19 +168,19 @@ def _problem(record: Column) -> Column:
     )
 
 
-def _by_spark(lines: DataFrame, batch_id: str) -> DataFrame:
-    """The lines the native library left (all but events it reads as Spark does), read
-    by Spark: each line's `WHERE`, `problem` (null on an event) and `EVENT_COLUMNS`.
-    Times are compared in UTC whatever the session's zone: `UTC_MICROS` formats in the
-    session zone, so the session must run in UTC (ours do)."""
+def _typed(lines: DataFrame, batch_id: str) -> DataFrame:
+    """The lines of a batch (`read_lines`), read: each line's `LINE_FACTS`, `problem`
+    (null on an event) and `EVENT_COLUMNS`, in one pass. Times are compared in UTC
+    whatever the session's zone: `UTC_MICROS` formats in the session zone, so the session
+    must run in UTC (ours do)."""
     rec = F.col("record")
     return (
         lines.withColumn("record", F.expr("try_parse_json(text)"))
         .withColumn("fields", F.try_variant_get(rec, "$", TOP_LEVEL))
-        .select(*WHERE, "read_problem", "text", "record", *_fields(F.col("fields")))
+        .select(*LINE_FACTS, "read_problem", "text", "record", *_fields(F.col("fields")))
         .withColumns({f"{f}_at": instant(F.col(f"{f}_text")) for f in INSTANTS})
         .select(
-            *WHERE,
+            *LINE_FACTS,
             _problem(rec).alias("problem"),
             F.col("event_id_text").alias("given_id"),
             F.col("user_id_text").alias("user_id"),
@@ -189,7 +190,7 @@ def _by_spark(lines: DataFrame, batch_id: str) -> DataFrame:
             F.coalesce(F.col("op_text"), F.lit("upsert")).alias("op"),
         )
         .select(
-            *WHERE,
+            *LINE_FACTS,
             "problem",
             F.coalesce(
                 "given_id",
@@ -228,32 +229,13 @@ def parse_batch(
     spark: SparkSession, landing: LandingZone, batch_id: str, files: Sequence[FileStat]
 ) -> ParsedBatch:
     """Parse and validate a batch file; raises SourceDataError naming every bad line it
-    found (up to a limit). The frame is checkpointed: later jobs never read the file
-    again.
-
-    The native library splits and numbers the lines and reads those that are events
-    (`native_events`), in one pass kept as a local checkpoint; Spark reads the others, if
-    any (`_by_spark`), kept as a second, small, checkpoint, and names their problems.
-    The staging then reads both."""
+    found (up to a limit). The lines are read, parsed, validated and typed in one pass,
+    kept as a local checkpoint: the facts and the events are then read from it, and later
+    jobs never read the file again."""
     problems = empty_files(files)
     if problems:
         raise SourceDataError("events", problems)
-    read = native_events.read_files(spark, landing, files)
-    natively = read.lines.where(F.col(READ)).select(
-        *(F.lit(batch_id).alias(c) if c == "batch_id" else F.col(c) for c in EVENT_COLUMNS),
-        *WHERE,
-    )
-    if not read.left and not read.without_lines:
-        return ParsedBatch(natively, read.fingerprints, read.lines_read)
-    left = read.lines.where(~F.col(READ)).select(*WHERE, "text", "read_problem")
-    if read.without_lines:
-        # A file without a non-blank line is named by a row of its own.
-        left = left.unionByName(
-            spark.createDataFrame(
-                [(path, None, None, None) for path in read.without_lines], left.schema
-            )
-        )
-    by_spark = _by_spark(left, batch_id).localCheckpoint()
-    first_problems("events", by_spark, F.col("problem"))
-    events = natively.unionByName(by_spark.select(*EVENT_COLUMNS, *WHERE))
-    return ParsedBatch(events, read.fingerprints, read.lines_read)
+    typed = _typed(read_lines(spark, landing, files), batch_id).localCheckpoint()
+    facts = checked_facts("events", typed, F.col("problem"), files)
+    events = typed.where(F.col("source_line").isNotNull()).select(*EVENT_COLUMNS, *WHERE)
+    return ParsedBatch(events, facts.fingerprints, facts.lines)

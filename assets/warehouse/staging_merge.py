@@ -18,8 +18,9 @@ replaying batches, or applying them in any order, gives one table.
 may touch: the batch's own days and the days the record-level index (`key_index`) names
 for the batch's keys. So versions of one event meet however far apart their event times
 lie, and the MERGE reads those days, not the table. A matched version that wins moves the
-row to its own day. Where the lakehouse marks the rows it replaces (delta-rs on a local
-disk), the index's places of those rows are handed over too, and no day is read.
+row to its own day. It is the engine's own MERGE: delta-rs's (copy-on-write: a file
+holding a replaced row is written again) or Delta Spark's (which marks the replaced rows
+with deletion vectors, as the table allows).
 
 Publishes are serialized optimistically: each carries the app transaction `publish` at
 the table version its lookup saw plus one, so a publish that another one overtook
@@ -36,7 +37,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,10 +49,14 @@ from resources import Lakehouse
 from resources.lakehouse import (
     AppTransaction,
     CommitResult,
-    NewestWins,
     StaleWriteError,
+    WhenMatchedUpdate,
+    WhenNotMatchedInsert,
 )
-from resources.lakehouse.predicates import is_in
+from resources.lakehouse.predicates import SortsAfter, is_in, matches
+
+if TYPE_CHECKING:
+    from resources.lakehouse.port import Data, MergeClause
 
 USER_EVENTS = key_index.USER_EVENTS
 PUBLISH = "publish"
@@ -82,14 +87,16 @@ TABLE_SCHEMA = pa.schema(
 )
 TABLE_COLUMNS = tuple(TABLE_SCHEMA.names)
 TABLE_PROPERTIES = {"delta.enableDeletionVectors": "true"}
-"""`user_events` is made with deletion vectors: a version that replaces a stored row of
-another day (a late version, one years apart) leaves that row's file in place with the
-row marked, where a copy-on-write MERGE rewrites the file. Both engines mark them:
-Delta Spark's MERGE, and on delta-rs the lakehouse's own commit
-(`resources/lakehouse/marking.py`), which marks the rows where the index places them
-and writes the batch's rows only. Into 10M rows, a 10k batch whose older versions lie
-over a year of days published in 1.0 s marking (reading the days' keys) against 3.0 s
-copying (delta-rs, one run each on the same table); with the index's places, in 0.22 s."""
+"""`user_events` is made with deletion vectors, which Delta Spark's MERGE writes: a
+version that replaces a stored row of another day (a late version, one years apart)
+leaves that row's file in place with the row marked. delta-rs reads them, and its MERGE
+(which cannot write them yet: delta-rs issue 4512) copies such a file instead."""
+NEWER_WINS: list[MergeClause] = [
+    WhenMatchedUpdate(condition=SortsAfter(VERSION_ORDER)),
+    WhenNotMatchedInsert(),
+]
+"""The MERGE's clauses: a matched version replaces the stored row when it sorts after it,
+an unmatched one is inserted."""
 
 
 def deduplicate(events: DataFrame) -> DataFrame:
@@ -117,8 +124,15 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
     """MERGE a deduplicated batch of events into `user_events` in one commit, pinned to
     the batch's event days and the days the index names for its keys; then record the
     batch's keys in the index."""
-    source = lakehouse.in_write_form(staged.select(*TABLE_COLUMNS))
-    keys = key_index.batch_keys(source)
+    digest = F.expr(key_index.KEY_DIGEST.render("spark")).alias("key_digest")
+    with_digests = lakehouse.in_write_form(staged.select(*TABLE_COLUMNS, digest))
+    source: Data
+    if isinstance(with_digests, pa.Table):
+        source, digests = with_digests.drop_columns(["key_digest"]), with_digests
+    else:
+        source = with_digests.drop("key_digest")
+        digests = with_digests.select("key_digest", "event_date").toArrow()
+    keys = key_index.pairs(digests)
     if not keys.num_rows:
         raise ValueError("a batch without events has nothing to merge")
     batch_days = set(keys["event_date"].to_pylist())
@@ -133,14 +147,13 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
 
     def publish() -> tuple[int, MergedBatch]:
         seen = key_index.described_version(lakehouse, metadata, repair=repair)
-        found = key_index.locate(lakehouse, keys, seen)
-        days = tuple(sorted(batch_days | found.days))
+        days = tuple(sorted(batch_days | key_index.days_holding(lakehouse, keys)))
         in_window, total = lakehouse.partition_files(USER_EVENTS, where=is_in("event_date", days))
-        upsert = NewestWins("event_id", VERSION_ORDER, "event_date", days, found.located)
-        result = lakehouse.upsert_newest(
+        result = lakehouse.merge(
             USER_EVENTS,
             source,
-            upsert=upsert,
+            on=is_in("t.event_date", days) & matches("event_id"),
+            clauses=NEWER_WINS,
             metadata=metadata,
             app_transaction=AppTransaction(PUBLISH, seen + 1),
         )

@@ -11,27 +11,21 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import (
-    ColumnProperties,
     CommitProperties,
     DeltaTable,
     PostCommitHookProperties,
     QueryBuilder,
     Transaction,
-    WriterProperties,
     write_deltalake,
 )
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from resources.lakehouse import addressable, located, marking, port
-from resources.lakehouse.deletion_vectors import deleted_rows
+from resources.lakehouse import port
 from resources.lakehouse.frames import frame_from_arrow, is_arrow
 from resources.lakehouse.predicates import (
     And,
@@ -43,7 +37,6 @@ from resources.lakehouse.predicates import (
     Sha256,
     Value,
     identifier,
-    is_in,
     partition_text,
     render,
 )
@@ -61,58 +54,6 @@ def _as_arrow(data: port.Data) -> pa.Table | pa.RecordBatchReader:
         [f.with_nullable(True) for f in arrow.schema], metadata=arrow.schema.metadata
     )
     return arrow if schema == arrow.schema else arrow.cast(schema)
-
-
-_LONG_LIST = 1_000
-"""Values from which an IN list is read by `_read_by_long_list`: DataFusion takes 140 ms
-to plan a query of 10,000 values (on a table of three rows), the time a scan of 10M
-rows takes."""
-_ADDRESSABLE = WriterProperties(
-    compression=addressable.COMPRESSION,
-    data_page_size_limit=addressable.PAGE_LIMIT,
-    data_page_row_count_limit=addressable.PAGE_LIMIT,
-    default_column_properties=ColumnProperties(dictionary_enabled=False),
-)
-"""How the files of a write asked `addressable` are written (`addressable`)."""
-
-
-def _read_by_long_list(
-    delta: DeltaTable, where: Predicate | None, columns: Sequence[str] | None
-) -> pa.Table | None:
-    """The rows whose column of 64-bit integers is among a long list of values
-    (`_LONG_LIST`), read from the snapshot's files by `addressable.rows_among` (the
-    values asked for only, from files written addressable; any other file whole). The
-    same rows as the query, when the files alone hold the table's rows. None (the query
-    reads them) for anything else: another predicate or column type, a partition column
-    asked for (its values are in the log, not the files), deletion vectors, column
-    mapping, or files not on a local disk."""
-    if not isinstance(where, In) or len(where.values) < _LONG_LIST:
-        return None
-    metadata, protocol = delta.metadata(), delta.protocol()
-    schema = pa.schema(delta.schema().to_arrow())
-    wanted = list(columns) if columns else [f.name for f in schema]
-    if (
-        schema.field(where.column).type != pa.int64()
-        or set(metadata.partition_columns) & {where.column, *wanted}
-        or "deletionVectors" in (protocol.reader_features or ())
-        or metadata.configuration.get("delta.columnMapping.mode", "none") != "none"
-    ):
-        return None
-    uris = delta.file_uris()
-    if any("://" in uri for uri in uris):
-        return None
-    data_schema = pa.schema([f for f in schema if f.name not in metadata.partition_columns])
-    values = np.unique(np.asarray([v for v in where.values if v is not None], dtype=np.int64))
-    with ThreadPoolExecutor(located.FILE_READERS) as readers:
-        parts = list(
-            readers.map(
-                lambda uri: addressable.rows_among(uri, data_schema, where.column, values, wanted),
-                uris,
-            )
-        )
-    if not parts:
-        return pa.schema([data_schema.field(name) for name in wanted]).empty_table()
-    return _plain_types(pa.concat_tables(parts))
 
 
 def _plain_types(table: pa.Table) -> pa.Table:
@@ -368,8 +309,6 @@ class DeltaRsEngine(port.DeltaEngine):
             for name, expression in (computed or {}).items()
         ]
         delta = self._table(table, version)
-        if not computed and (found := _read_by_long_list(delta, where, columns)) is not None:
-            return found
         query = f"SELECT {', '.join(selected)} FROM t"
         if where is not None:
             query += f" WHERE {where.render('datafusion')}"
@@ -405,12 +344,11 @@ class DeltaRsEngine(port.DeltaEngine):
         selected = None
         if where is not None and _on_partitions(delta, where):
             selected = _in_partitions(files, where)
-        deleted = _vector_deletes(delta)
         return port.TableFacts(
             delta.version(),
             _columns(delta),
-            _sum_rows(files, deleted),
-            None if selected is None else _sum_rows(selected, deleted),
+            _sum_rows(delta, files),
+            None if selected is None else _sum_rows(delta, selected),
         )
 
     def count(
@@ -450,7 +388,6 @@ class DeltaRsEngine(port.DeltaEngine):
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
         replace_schema: bool,
-        addressable: bool = False,
     ) -> port.HistoryEntry | None:
         try:
             target: DeltaTable | None = self._target(table)
@@ -476,7 +413,6 @@ class DeltaRsEngine(port.DeltaEngine):
                     None if target is not None or not table_properties else dict(table_properties)
                 ),
                 storage_options=self._storage_options,
-                writer_properties=_ADDRESSABLE if addressable else None,  # type: ignore[arg-type]  # None: delta-rs's own
                 commit_properties=_commit_properties(metadata, app_transaction),
                 post_commithook_properties=_post_commit(target),
             )
@@ -533,53 +469,6 @@ class DeltaRsEngine(port.DeltaEngine):
         except CommitFailedError:
             self._refused(table)
             raise
-        return self._committed(table, _own_commit(target, metadata), app_transaction)
-
-    def upsert_newest(
-        self,
-        table: str,
-        source: port.Data,
-        *,
-        upsert: port.NewestWins,
-        metadata: Mapping[str, Any],
-        app_transaction: port.AppTransaction | None,
-    ) -> port.HistoryEntry | None:
-        """Marks the rows it replaces with deletion vectors (`marking`) where the table
-        allows, so a batch whose older versions lie in many partitions writes its own rows
-        only; a MERGE (which copies every file holding a replaced row) elsewhere."""
-        target = self._target(table)
-        if app_transaction:
-            port.require_advance(
-                table, app_transaction, self._app_version(table, target, app_transaction.app_id)
-            )
-        arrow = _as_arrow(source)
-        rows = arrow.read_all() if isinstance(arrow, pa.RecordBatchReader) else arrow
-        selected = _files_selected(target, is_in(upsert.partition_column, upsert.partitions))
-        committed = None
-        if selected is not None:
-            on, _ = upsert.as_merge()
-            try:
-                committed = marking.upsert(
-                    target,
-                    rows,
-                    selected[1],
-                    upsert=upsert,
-                    commit_info={
-                        "operationParameters": {"predicate": on.render("datafusion")},
-                        "userMetadata": _user_metadata(metadata),
-                    },
-                    app_transaction=app_transaction,
-                )
-            except CommitFailedError:
-                self._refused(table)
-                raise
-        if committed is None:
-            return super().upsert_newest(
-                table, rows, upsert=upsert, metadata=metadata, app_transaction=app_transaction
-            )
-        target.load_as_version(committed)
-        if committed % _checkpoint_interval(target) == 0:
-            target.create_checkpoint()
         return self._committed(table, _own_commit(target, metadata), app_transaction)
 
     def delete(
@@ -728,29 +617,21 @@ def _columns(delta: DeltaTable) -> list[port.Column]:
 def _rows_from_log(delta: DeltaTable, where: Predicate | None) -> int | None:
     """Rows of the files `where` selects, summed from the log's per-file counts."""
     selection = _files_selected(delta, where)
-    return None if selection is None else _sum_rows(selection[1], _vector_deletes(delta))
+    return None if selection is None else _sum_rows(delta, selection[1])
 
 
-def _vector_deletes(delta: DeltaTable) -> dict[str, int] | None:
-    """Per file path, the rows its deletion vector deletes in this snapshot: {} for a table
-    without deletion vectors, None when its log cannot tell (see `deleted_rows`)."""
-    if "deletionVectors" not in (delta.protocol().writer_features or []):
-        return {}
-    return deleted_rows(delta.table_uri, delta.version())
-
-
-def _sum_rows(files: pa.Table, deleted: dict[str, int] | None) -> int | None:
-    """Rows of `files` from the log: their counts, less the rows `deleted` (per path, from
-    `_vector_deletes`) marks, since a file's count includes the rows its vector deletes."""
+def _sum_rows(delta: DeltaTable, files: pa.Table) -> int | None:
+    """Rows of `files` of `delta` from the log: their counts, or None when the log cannot
+    tell (a file without one, or a table with deletion vectors, whose files' counts
+    include the rows their vectors delete: delta-rs lists a snapshot's files with their
+    counts but not their vectors' cardinality, deltalake 1.6, so such a table is counted
+    by a query)."""
     if files.num_rows == 0:
         return 0
     rows = files.column("num_records")
-    if rows.null_count or deleted is None:
+    if rows.null_count or "deletionVectors" in (delta.protocol().writer_features or []):
         return None
-    total = pc.sum(rows).as_py() or 0
-    if deleted:
-        total -= sum(deleted.get(unquote(path), 0) for path in files.column("path").to_pylist())
-    return total
+    return pc.sum(rows).as_py() or 0
 
 
 def _history_entry(raw: Mapping[str, Any]) -> port.HistoryEntry:

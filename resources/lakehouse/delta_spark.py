@@ -215,10 +215,7 @@ class DeltaSparkEngine(port.DeltaEngine):
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
         replace_schema: bool,
-        addressable: bool = False,
     ) -> port.HistoryEntry | None:
-        # Spark writes its own files whatever `addressable` asks (a reader then decodes
-        # them whole): the tables that ask are written in the process.
         frame = self._frame(data)
         self._require_advance(table, app_transaction)
         writer = (

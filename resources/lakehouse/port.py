@@ -20,10 +20,7 @@ from resources.lakehouse.predicates import (
     Assignment,
     Predicate,
     Sha256,
-    SortsAfter,
     Value,
-    is_in,
-    matches,
 )
 
 if TYPE_CHECKING:
@@ -187,8 +184,8 @@ class TableFacts:
     version: int
     columns: list[Column]
     rows: int | None
-    """None when the log cannot tell exactly (files without counts, deletion vectors in a
-    log not read here: see `deletion_vectors`)."""
+    """None when the log cannot tell exactly (files without counts, deletion vectors
+    whose cardinality the engine does not list)."""
     selected_rows: int | None
     """Rows of the partitions a predicate selected (None: no predicate, or not exact)."""
 
@@ -228,32 +225,6 @@ class WhenNotMatchedInsert:
 
     condition: Predicate | None = None
     values: Mapping[str, Assignment] | None = None
-
-
-@dataclass(frozen=True)
-class NewestWins:
-    """A newest-wins upsert (`upsert_newest`): by `key`, in the `partitions` named (values
-    of the table's one partition column, `partition_column`), a source row replaces each
-    row of its key it sorts after by `order` (lexicographic, SQL's comparison: a NULL
-    never sorts after), is inserted where no row there holds its key, and is dropped
-    otherwise."""
-
-    key: str
-    order: tuple[str, ...]
-    partition_column: str
-    partitions: tuple[Value, ...]
-    located: pa.Table | None = field(default=None, compare=False)
-    """Where the rows of the source's keys lie, when the caller knows (an index of the
-    table's rows, `Lakehouse.located_rows`): `key`, `order[0]`, the file (`located.PATH`)
-    and position (`located.ROW`) of rows that include every live row of a source key in
-    the partitions, as of a version. Rows deleted since may be among them. An engine
-    that marks rows (`marking`) then reads no file to find them, and reads the
-    partitions when a file named has left the table since."""
-
-    def as_merge(self) -> tuple[Predicate, list[MergeClause]]:
-        """The same as a MERGE: its join and its clauses (every column from the source)."""
-        on = is_in(f"t.{self.partition_column}", self.partitions) & matches(self.key)
-        return on, [WhenMatchedUpdate(condition=SortsAfter(self.order)), WhenNotMatchedInsert()]
 
 
 def require_advance(
@@ -306,7 +277,7 @@ FILES_MARKED = frozenset({"numTargetDeletionVectorsAdded", "numDeletionVectorsAd
 """Metrics of the deletion vectors a commit wrote, one per file that kept its place and
 had rows marked deleted (Delta Spark counts a vector that replaces a file's old one as
 added too, and also as updated): our `files_marked`, of a MERGE, UPDATE or DELETE on a
-table with deletion vectors (Delta Spark's, the delta-rs engine's `marking`)."""
+table with deletion vectors (Delta Spark writes them; delta-rs cannot yet)."""
 
 
 def normalize_metrics(engine_metrics: Mapping[str, Any], operation: str) -> dict[str, int]:
@@ -398,7 +369,7 @@ class DeltaEngine(ABC):
         """Rows of the files `where` selects at `version` (default: the latest), summed
         from the log's per-file row counts, less the rows deletion vectors delete, without
         reading data; None when that cannot be exact (`where` names a data column, a file
-        has no count, deletion vectors in a log not read here: see `deletion_vectors`)."""
+        has no count, deletion vectors whose cardinality the engine does not list)."""
 
     @abstractmethod
     def table_facts(
@@ -428,12 +399,10 @@ class DeltaEngine(ABC):
         metadata: Mapping[str, Any],
         app_transaction: AppTransaction | None,
         replace_schema: bool,
-        addressable: bool = False,
     ) -> HistoryEntry | None:
         """`partition_by` and `table_properties` apply when this write creates the table;
         `replace_schema` (a whole-table overwrite only) gives the table the data's schema
-        in the same commit (Delta's overwriteSchema); `addressable` asks for files whose
-        values a reader reaches one by one (`addressable`), where the engine writes them."""
+        in the same commit (Delta's overwriteSchema)."""
 
     @abstractmethod
     def merge(
@@ -446,27 +415,6 @@ class DeltaEngine(ABC):
         metadata: Mapping[str, Any],
         app_transaction: AppTransaction | None,
     ) -> HistoryEntry | None: ...
-
-    def upsert_newest(
-        self,
-        table: str,
-        source: Data,
-        *,
-        upsert: NewestWins,
-        metadata: Mapping[str, Any],
-        app_transaction: AppTransaction | None,
-    ) -> HistoryEntry | None:
-        """`upsert` of `source` (every column of the table): a MERGE here; an engine may
-        do it another way with the same result."""
-        on, clauses = upsert.as_merge()
-        return self.merge(
-            table,
-            source,
-            on=on,
-            clauses=clauses,
-            metadata=metadata,
-            app_transaction=app_transaction,
-        )
 
     @abstractmethod
     def delete(

@@ -17,7 +17,7 @@ from pyarrow import fs as pafs
 from pydantic import Field, PrivateAttr
 
 from resources.catalog import Catalog, View
-from resources.lakehouse import deletion_vectors, located, port
+from resources.lakehouse import port
 from resources.lakehouse.frames import StagedParts, staged_parts
 from resources.lakehouse.predicates import Dialect, Predicate, Sha256, Value
 from resources.object_store import S3Storage, is_object_store, object_path
@@ -145,29 +145,6 @@ class Lakehouse(dg.ConfigurableResource):
             for uri, info in zip(uris, infos, strict=True)
             if info.type == pafs.FileType.NotFound
         ]
-
-    def located_rows(
-        self, table: str, *, version: int, columns: Sequence[str], after: int | None = None
-    ) -> pa.Table | None:
-        """`columns` of the live rows of `table` at `version` with where they lie: their
-        file (`located.PATH`) and position in it (`located.ROW`). Of all its files; with
-        `after`, of the files the commits after version `after` brought in and left
-        (`located.added_between`). A partition column comes as the log's text. None when
-        the table is not on a local disk, or its log no longer holds those commits."""
-        uri = self.uri(table)
-        if after is not None:
-            files = located.added_between(uri, after, version)
-        else:
-            paths = located.relative_paths(uri, self._delta().file_uris(uri, version))
-            adds = deletion_vectors.newest_adds(uri, version)
-            files = None if paths is None or adds is None else {p: adds[p] for p in paths}
-        return None if files is None else located.live_rows(uri, files, columns)
-
-    def data_paths(self, table: str, version: int) -> list[str] | None:
-        """The paths of `table`'s data files at `version`, as `located.PATH` holds them;
-        None when the table is not on a local disk."""
-        uri = self.uri(table)
-        return located.relative_paths(uri, self._delta().file_uris(uri, version))
 
     def drop(self, table: str) -> bool:
         """Delete a table's directory, data and log (for tables retired from use).
@@ -348,12 +325,9 @@ class Lakehouse(dg.ConfigurableResource):
         partition_by: Sequence[str] | None = None,
         table_properties: Mapping[str, str] | None = None,
         app_transaction: port.AppTransaction | None = None,
-        addressable: bool = False,
     ) -> port.CommitResult:
         """Add rows. `partition_by` and `table_properties` (e.g. `delta.targetFileSize`,
-        over `TABLE_DEFAULTS`) apply when this write creates the table. `addressable`
-        writes files whose values a lookup reads one by one (`addressable`; delta-rs),
-        larger on disk."""
+        over `TABLE_DEFAULTS`) apply when this write creates the table."""
         return self._write(
             table,
             data,
@@ -364,7 +338,6 @@ class Lakehouse(dg.ConfigurableResource):
             metadata,
             app_transaction,
             replace_schema=False,
-            addressable=addressable,
         )
 
     def overwrite(
@@ -378,12 +351,10 @@ class Lakehouse(dg.ConfigurableResource):
         table_properties: Mapping[str, str] | None = None,
         app_transaction: port.AppTransaction | None = None,
         replace_schema: bool = False,
-        addressable: bool = False,
     ) -> port.CommitResult:
         """Replace the whole table, or with `where` exactly the rows it matches
         (replaceWhere). One atomic commit: readers see the old content or the new.
-        `replace_schema` lets a whole-table overwrite change the table's columns too;
-        `addressable` as for `append`."""
+        `replace_schema` lets a whole-table overwrite change the table's columns too."""
         if replace_schema and where is not None:
             raise ValueError(f"{table}: only a whole-table overwrite can replace the schema")
         return self._write(
@@ -396,7 +367,6 @@ class Lakehouse(dg.ConfigurableResource):
             metadata,
             app_transaction,
             replace_schema,
-            addressable=addressable,
         )
 
     def _write(
@@ -410,8 +380,6 @@ class Lakehouse(dg.ConfigurableResource):
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
         replace_schema: bool,
-        *,
-        addressable: bool = False,
     ) -> port.CommitResult:
         if isinstance(data, pa.RecordBatchReader):
             data = _once(data)
@@ -429,7 +397,6 @@ class Lakehouse(dg.ConfigurableResource):
                 metadata=meta,
                 app_transaction=app_transaction,
                 replace_schema=replace_schema,
-                addressable=addressable,
             ),
         )
         return self._with_replaced_rows(result, where) if mode == "overwrite" else result
@@ -470,26 +437,6 @@ class Lakehouse(dg.ConfigurableResource):
                 clauses=clauses,
                 metadata=meta,
                 app_transaction=app_transaction,
-            ),
-        )
-
-    def upsert_newest(
-        self,
-        table: str,
-        source: port.Data,
-        *,
-        upsert: port.NewestWins,
-        metadata: Mapping[str, Any],
-        app_transaction: port.AppTransaction | None = None,
-    ) -> port.CommitResult:
-        """Newest wins by key, in the partitions `upsert` names: each source row replaces
-        the rows of its key it sorts after, is inserted where no row holds its key, and
-        is dropped where a row of its key sorts after it or equals it (`NewestWins`)."""
-        return self._commit(
-            table,
-            metadata,
-            lambda uri, meta: self._delta().upsert_newest(
-                uri, source, upsert=upsert, metadata=meta, app_transaction=app_transaction
             ),
         )
 
