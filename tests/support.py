@@ -90,12 +90,21 @@ def materialize_side_by_side(
     with dg.DagsterInstance.from_config(str(home)):
         pass  # creates the instance's storage once, as `dagster dev` would
     env = run_process_env(home, lakehouse, landing, spark)
+    return materialize_all(env, selections, timeout=timeout)
+
+
+def materialize_all(
+    env: Mapping[str, str], selections: list[list[str]], *, timeout: float = 1500
+) -> list[str]:
+    """`dagster asset materialize -f platform/definitions.py <selection>` for each of
+    `selections`, all at once, each in its own process with `env`, as a user or the run
+    launcher starts them; asserts every one succeeded and returns their outputs."""
     definitions = PROJECT_ROOT / "platform" / "definitions.py"
     command = [sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(definitions)]
     runs = [
         subprocess.Popen(
             [*command, *selection],
-            env=env,
+            env=dict(env),
             cwd=PROJECT_ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -15,12 +15,11 @@ import io
 import json
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
 import pytest
-from support import day_of_visits, platform_module, run_process_env
+from support import day_of_visits, materialize_all, platform_module, run_process_env
 from telemetry_history import history, shuffled, write
 from test_catalog import jdbc_query
 
@@ -32,13 +31,11 @@ from resources.catalog import BEELINE_PROMPT
 from resources.lakehouse.predicates import eq
 from resources.spark_server import SparkServer
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DAY = dt.date(2024, 3, 4)
 """A Monday: its week is a partition of visits_weekly once its days are in."""
 BATCH, ENRICHED_RUN = "2024-03-04-a", "2024-03-04-01-00-00"
 SUBJECTS = ["Tool01", "Line 3 'north'"]
 """A subject key with a quote: the view's predicates are the reader's own."""
-DEFINITIONS = PROJECT_ROOT / "platform" / "definitions.py"
 
 
 def land_every_source(landing: Path) -> list:
@@ -61,30 +58,6 @@ def land_every_source(landing: Path) -> list:
     )
     warehouse._write_run(landing, ENRICHED_RUN, f"{start:%Y-%m-%dT%H:%M:%SZ}", rng, done=True)
     return shuffled(history(SUBJECTS, 4, 30))
-
-
-def materialize_all(env: dict[str, str], selections: list[list[str]]) -> None:
-    """`dagster asset materialize` of each selection, side by side, as a user runs them."""
-    command = [sys.executable, "-m", "dagster", "asset", "materialize", "-f", str(DEFINITIONS)]
-    runs = [
-        subprocess.Popen(
-            [*command, *selection],
-            env=env,
-            cwd=PROJECT_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for selection in selections
-    ]
-    try:
-        outputs = [run.communicate(timeout=900)[0] for run in runs]
-    finally:
-        for run in runs:
-            if run.poll() is None:
-                run.kill()
-    failed = [out[-3000:] for run, out in zip(runs, outputs, strict=True) if run.returncode]
-    assert failed == []
 
 
 def results(done: subprocess.CompletedProcess, headers: list[list[str]]) -> list[list[dict]]:
