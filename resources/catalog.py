@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from deltalake import DeltaTable
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -215,9 +217,9 @@ class Catalog:
 
 
 def _is_delta_table(location: str) -> bool:
-    """A local location holds a Delta table; an object-store one is taken as the caller
-    says (the runs that wrote it)."""
-    return "://" in location or (Path(location) / "_delta_log").is_dir()
+    """A local location holds a Delta table (as delta-rs reads it); an object-store one
+    is taken as the caller says (the runs that wrote it)."""
+    return "://" in location or DeltaTable.is_deltatable(location)
 
 
 def _register(session: SparkSession, name: str, location: str) -> None:
@@ -255,13 +257,13 @@ def beeline(jdbc: str, *options: str) -> tuple[list[str], dict[str, str]]:
 
 def tables_under(root: str) -> dict[str, str]:
     """table: location of each Delta table under the lakehouse root `root`, a folder
-    with a `_delta_log` named by its path under the root. Local roots only: the tables
+    delta-rs opens, named by its path under the root. Local roots only: the tables
     of an object-store root are registered by the runs that write them."""
     found: dict[str, str] = {}
     if "://" in root or not Path(root).is_dir():
         return found
     for folder, children, _ in os.walk(root):
-        if "_delta_log" in children:
+        if _is_delta_table(folder):
             children.clear()  # a table's own folders hold no tables
             path = Path(folder)
             found[path.relative_to(root).as_posix()] = str(path)

@@ -154,9 +154,7 @@ def write_manifest(
     readers follow when the run registers the view (`snapshot_view`)."""
     rows = pa.Table.from_pylist([vars(e) for e in entries], schema=SNAPSHOT_MANIFEST_SCHEMA)
     result = lakehouse.overwrite(SNAPSHOT_MANIFEST, rows, metadata=metadata)
-    view = snapshot_view(entries)
-    if view is not None:
-        lakehouse.expose(view)
+    lakehouse.expose(snapshot_view(entries))
     return result
 
 

@@ -93,9 +93,7 @@ def upsert_manifest(
 
 def expose_visits(lakehouse: Lakehouse) -> None:
     """The view `visits_weekly` as the manifest now stands, for the run's catalog."""
-    view = visits_view(manifest_entries(lakehouse))
-    if view is not None:
-        lakehouse.expose(view)
+    lakehouse.expose(visits_view(manifest_entries(lakehouse)))
 
 
 def exposed_table_count(lakehouse: Lakehouse) -> int:

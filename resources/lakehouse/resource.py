@@ -563,10 +563,11 @@ class Lakehouse(dg.ConfigurableResource):
             )
         return self._catalog[0]
 
-    def expose(self, *views: View) -> None:
-        """Register `views` in the SQL catalog with the tables this run commits to (a
-        view whose SQL is unchanged costs a file check)."""
-        self._exposed.update((view.name, view) for view in views)
+    def expose(self, *views: View | None) -> None:
+        """Register `views` (None: a view with nothing to show yet, left out) in the SQL
+        catalog with the tables this run commits to (a view whose SQL is unchanged costs
+        a file check)."""
+        self._exposed.update((view.name, view) for view in views if view is not None)
 
     def register_committed(self, warn: Callable[[str], None]) -> None:
         """Register the tables committed to through this lakehouse (and its other
