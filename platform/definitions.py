@@ -18,7 +18,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import dagster as dg
 
@@ -27,7 +27,7 @@ from assets import database, telemetry, warehouse
 from assets.catalog import with_catalog_policy
 from assets.external import external_specs
 from resources import Lakehouse, LandingZone, SparkResource
-from resources.object_store import is_object_store, storage_from_environment
+from resources.object_uri import is_object_store
 from sensors import sensors
 from sensors.automation import automation_sensor
 from sensors.cadence import DEFAULT_INTERVAL_SECONDS, every
@@ -65,8 +65,7 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
     if engine not in ("delta-rs", "delta-spark"):
         raise ValueError(f"LAKEHOUSE_ENGINE must be 'delta-rs' or 'delta-spark', not {engine!r}")
     root = _location(env.get("LAKEHOUSE_ROOT", ".data/lakehouse"))
-    storage = storage_from_environment(env) if is_object_store(root) else None
-    spark = SparkResource(
+    spark_settings: dict[str, Any] = dict(
         master=env.get("SPARK_MASTER", "local[*]"),
         remote=env.get("SPARK_REMOTE", ""),
         server_state=env.get("SPARK_SERVER_STATE", ""),
@@ -77,11 +76,19 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
         # The application's UI, linked from each materialization while its run lives.
         ui_enabled=True,
         delta_jars=env.get("DELTA_SPARK_JARS", ""),
-        s3=storage,
     )
+    if is_object_store(root):
+        from resources.object_store import S3Lakehouse, S3Spark, storage_from_environment
+
+        storage = storage_from_environment(env)
+        spark: SparkResource = S3Spark(**spark_settings, s3=storage)
+        lakehouse: Lakehouse = S3Lakehouse(root=root, engine=engine, spark=spark, s3=storage)
+    else:
+        spark = SparkResource(**spark_settings)
+        lakehouse = Lakehouse(root=root, engine=engine, spark=spark)
     return {
         "spark": spark,
-        "lakehouse": Lakehouse(root=root, engine=engine, spark=spark, s3=storage),
+        "lakehouse": lakehouse,
         "landing": LandingZone(
             root=_location(env.get("LANDING_ROOT", ".data/landing")),
             full_listing_seconds=int(env.get("LANDING_FULL_LISTING_SECONDS", "600")),

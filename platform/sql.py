@@ -27,7 +27,7 @@ sys.path.insert(0, str(PROJECT_ROOT))
 from assets.views import register_lakehouse  # noqa: E402
 from resources import Lakehouse  # noqa: E402
 from resources.catalog import BEELINE_PROMPT, Catalog, beeline  # noqa: E402
-from resources.object_store import is_object_store  # noqa: E402
+from resources.object_uri import is_object_store  # noqa: E402
 from resources.spark_server import (  # noqa: E402
     SparkServer,
     long_lived_spark,

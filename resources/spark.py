@@ -17,8 +17,7 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import PrivateAttr
 
 from resources.jvm_output import JvmOutput
-from resources.object_store import S3Storage
-from resources.spark_packages import delta_packages, resolved_jars, s3_packages
+from resources.spark_packages import delta_packages, resolved_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -159,9 +158,6 @@ class SparkResource(dg.ConfigurableResource):
     delta_jars: str = ""
     """Comma-separated Delta Lake jar files (DELTA_SPARK_JARS), for clusters without Maven
     access; empty: the `io.delta:delta-spark` package set-up resolved into its cache."""
-    s3: S3Storage | None = None
-    """The object store under an `s3://` lakehouse root: loads hadoop-aws and configures
-    S3A (endpoint, credentials) from the same settings the lakehouse uses."""
     extra_config: dict[str, str] = {}
 
     _lazy: LazyPySparkResource | None = PrivateAttr(default=None)
@@ -219,14 +215,18 @@ class SparkResource(dg.ConfigurableResource):
             config["spark.driver.bindAddress"] = "127.0.0.1"
         # Every session speaks Delta: the delta-spark engine, and readers of any table.
         jars = self.delta_jars.split(",") if self.delta_jars else resolved_jars(delta_packages())
-        if self.s3 is not None:
-            jars = [*jars, *resolved_jars(s3_packages())]
-            config.update(self.s3.spark_config())
-        config["spark.jars"] = ",".join(jars)
+        store_jars, store_config = self.object_store()
+        config.update(store_config)
+        config["spark.jars"] = ",".join([*jars, *store_jars])
         config["spark.sql.extensions"] = DELTA_EXTENSION
         config["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
         config.update(self.extra_config)
         return config
+
+    def object_store(self) -> tuple[list[str], dict[str, str]]:
+        """The jars and settings with which sessions reach an object store: none here
+        (`resources.object_store.S3Spark` has S3's)."""
+        return [], {}
 
     def session_config(self) -> dict[str, str]:
         """The settings a session may change at run time (the rest is fixed at launch)."""

@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 HOST = "127.0.0.1"
@@ -418,21 +419,20 @@ def server_config(env: Mapping[str, str], master: str = "local[*]") -> dict[str,
     """The Spark configuration of the long-lived Spark for a deployment configured by
     `env`: Delta loaded from the jar cache, and the object store's settings when the
     AWS_* variables name one (runs attached to it write `s3://` tables through it)."""
-    from resources.object_store import S3_ENVIRONMENT, storage_from_environment
+    from resources.object_uri import S3_ENVIRONMENT
     from resources.spark import SparkResource
 
-    s3 = (
-        storage_from_environment(env, deferred=False)
-        if any(env.get(var) for var in S3_ENVIRONMENT.values())
-        else None
-    )
-    resource = SparkResource(
+    settings: dict[str, Any] = dict(
         master=master,
         ui_enabled=True,
         driver_memory=env.get("SPARK_DRIVER_MEMORY", ""),
         delta_jars=env.get("DELTA_SPARK_JARS", ""),
-        s3=s3,
     )
+    resource = SparkResource(**settings)
+    if any(env.get(var) for var in S3_ENVIRONMENT.values()):
+        from resources.object_store import S3Spark, storage_from_environment
+
+        resource = S3Spark(**settings, s3=storage_from_environment(env, deferred=False))
     config = {key: str(value) for key, value in resource.spark_config().items()}
     if env.get(METASTORE_URL_ENV):
         metastore = metastore_config(env[METASTORE_URL_ENV])

@@ -18,7 +18,7 @@ import servers
 from support import DELTA_JARS
 
 from resources import Lakehouse, LandingZone, SparkResource
-from resources.object_store import ClientConfig, S3Config, S3Storage
+from resources.object_store import ClientConfig, S3Config, S3Lakehouse, S3Spark, S3Storage
 from resources.spark_server import SparkServer, alive, long_lived_spark
 
 
@@ -48,7 +48,7 @@ def spark_resource(s3_storage: S3Storage) -> SparkResource:
         # process holds either a Connect session or a classic one, never both.
         return SparkResource(remote=os.environ["SPARK_REMOTE"], shuffle_partitions=2)
     # The one session of the test run reaches the local disk and the S3 server alike.
-    return SparkResource(
+    return S3Spark(
         master="local[2]",
         shuffle_partitions=2,
         delta_jars=DELTA_JARS,
@@ -181,7 +181,7 @@ def s3_lakehouse(
     """A lakehouse under a fresh bucket of the S3 server."""
     bucket = f"lake-{uuid.uuid4().hex[:12]}"
     servers.create_bucket(s3_endpoint, bucket)
-    return Lakehouse(root=f"s3://{bucket}/lakehouse", engine=engine, spark=spark, s3=s3_storage)
+    return S3Lakehouse(root=f"s3://{bucket}/lakehouse", engine=engine, spark=spark, s3=s3_storage)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from resources import Lakehouse, SparkResource  # noqa: E402
 from resources.lakehouse.predicates import eq  # noqa: E402
-from resources.object_store import ClientConfig, S3Config, S3Storage  # noqa: E402
+from resources.object_store import ClientConfig, S3Config, S3Lakehouse, S3Storage  # noqa: E402
 
 
 def day_rows(day: dt.date, name: str) -> pa.Table:
@@ -73,7 +73,7 @@ def main() -> None:
         ),
         client=ClientConfig(allow_http=True),
     )
-    lake = Lakehouse(
+    lake = S3Lakehouse(
         root=args.root, engine=args.engine, spark=SparkResource(remote=args.remote), s3=storage
     )
     day = dt.date(2024, 1, args.day)

@@ -356,3 +356,28 @@ def test_each_package_imports_on_its_own(module):
     """Whatever a tool imports first (the demo imports `assets.overwriting`), no import
     cycle between the pattern families breaks it."""
     subprocess.run([sys.executable, "-c", f"import {module}"], cwd=PROJECT_ROOT, check=True)
+
+
+def test_an_object_store_root_takes_dagster_deltalake_settings_and_a_local_one_never_loads_it():
+    """The S3 settings are dagster-deltalake's own classes; importing the package loads
+    pandas (through pyarrow.dataset), so definitions with a local root never import it."""
+    script = """
+import sys
+sys.path.insert(0, "tests")
+from support import platform_module
+module = platform_module("definitions")
+module.build_definitions({"LAKEHOUSE_ROOT": "/tmp/l"})
+assert "dagster_deltalake" not in sys.modules, "a local root imported dagster_deltalake"
+resources = module.build_resources({
+    "LAKEHOUSE_ROOT": "s3://bucket/lakehouse",
+    "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+    "AWS_ALLOW_HTTP": "true",
+})
+from dagster_deltalake.config import S3Config
+from resources.object_store import S3Lakehouse, S3Spark
+lakehouse, spark = resources["lakehouse"], resources["spark"]
+assert isinstance(lakehouse, S3Lakehouse) and isinstance(spark, S3Spark)
+assert isinstance(lakehouse.s3.s3, S3Config) and spark.s3 == lakehouse.s3
+assert lakehouse.s3.client.allow_http
+"""
+    subprocess.run([sys.executable, "-c", script], cwd=PROJECT_ROOT, check=True)

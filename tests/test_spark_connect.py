@@ -19,7 +19,7 @@ import partition_writer
 import pytest
 import servers
 
-from resources import Lakehouse
+from resources.object_store import S3Lakehouse
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,7 +68,9 @@ def test_delta_spark_writer_processes_sharing_one_spark_lose_no_s3_commit(
     commit lands."""
     bucket = f"race-{uuid.uuid4().hex[:12]}"
     servers.create_bucket(s3_endpoint, bucket)
-    lake = Lakehouse(root=f"s3://{bucket}/lakehouse", engine="delta-rs", spark=spark, s3=s3_storage)
+    lake = S3Lakehouse(
+        root=f"s3://{bucket}/lakehouse", engine="delta-rs", spark=spark, s3=s3_storage
+    )
     partition_writer.race(lake, s3_endpoint, engine="delta-spark", remote=spark_remote)
 
 

@@ -44,6 +44,7 @@ Delta app transaction `DESCRIBES`, the version of `user_events` it describes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -201,15 +202,57 @@ def _write(
         pass  # a concurrent publish or rebuild already describes this version or a later one
 
 
-def days_holding(lakehouse: Lakehouse, keys: pa.Table) -> frozenset:
-    """The days the index names for any of the batch's pairs `keys` (`pairs`): the
-    index read whole (two fixed-width columns) and semi-joined with the batch's hashes,
-    where a long IN list of hashes cost DataFusion 140 ms to plan at 10k keys."""
+@dataclass(frozen=True)
+class Held:
+    """An index as it was: its version and the version of `user_events` it described
+    (both None: there was none), and its pairs once read (`read`)."""
+
+    version: int | None
+    describes: int | None
+    pairs: pa.Table | None = None
+
+    def same_index(self, other: Held) -> bool:
+        """Whether both are one version of one index. A dropped index made again counts
+        its versions from 0, but describes an older version of `user_events` (it is
+        dropped only when it described a newer one than the table now has)."""
+        return (self.version, self.describes) == (other.version, other.describes)
+
+
+def current(lakehouse: Lakehouse) -> Held:
+    """The index as it is now, its pairs not read."""
     index = lakehouse.in_process()
-    if not index.exists(KEY_INDEX) or not keys.num_rows:
+    version = index.version(KEY_INDEX)
+    return Held(version, None if version is None else _described(lakehouse))
+
+
+def read(lakehouse: Lakehouse, held: Held) -> Held:
+    """`held` with its pairs (two fixed-width columns, read whole)."""
+    if held.version is None:
+        return held
+    index = lakehouse.in_process()
+    return replace(
+        held, pairs=index.read_arrow(KEY_INDEX, version=held.version, columns=SCHEMA.names)
+    )
+
+
+def read_ahead(lakehouse: Lakehouse, held: Held) -> Held | None:
+    """`read(held)` for a lookup to come, unless the lookup will rebuild the index first
+    (there is none, or one of an earlier format, which describes nothing)."""
+    return None if held.describes is None else read(lakehouse, held)
+
+
+def days_holding(lakehouse: Lakehouse, keys: pa.Table, read_ahead: Held | None = None) -> frozenset:
+    """The days the index names for any of the batch's pairs `keys` (`pairs`): the
+    index's current pairs (`read_ahead`, when the index has not moved since it was read)
+    semi-joined with the batch's hashes, where a long IN list of hashes cost DataFusion
+    140 ms to plan at 10k keys."""
+    if not keys.num_rows:
         return frozenset()
-    held = index.read_arrow(KEY_INDEX, columns=SCHEMA.names)
-    found = held.join(keys.select(["key_hash"]), "key_hash", join_type="left semi")
+    now = current(lakehouse)
+    held = read_ahead if read_ahead and read_ahead.same_index(now) else read(lakehouse, now)
+    if held.pairs is None:
+        return frozenset()
+    found = held.pairs.join(keys.select(["key_hash"]), "key_hash", join_type="left semi")
     return frozenset(pc.unique(found["event_date"]).to_pylist())
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
@@ -125,13 +126,19 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
     the batch's event days and the days the index names for its keys; then record the
     batch's keys in the index."""
     digest = F.expr(key_index.KEY_DIGEST.render("spark")).alias("key_digest")
-    with_digests = lakehouse.in_write_form(staged.select(*TABLE_COLUMNS, digest))
-    source: Data
-    if isinstance(with_digests, pa.Table):
-        source, digests = with_digests.drop_columns(["key_digest"]), with_digests
-    else:
-        source = with_digests.drop("key_digest")
-        digests = with_digests.select("key_digest", "event_date").toArrow()
+    # The index is read while Spark works out the batch's keys (at 10M pairs, 200 ms of
+    # a 600 ms publish); the lookup uses what was read if the index has not moved since.
+    index = key_index.current(lakehouse)
+    with ThreadPoolExecutor(max_workers=1) as ahead:
+        read_ahead = ahead.submit(key_index.read_ahead, lakehouse, index)
+        with_digests = lakehouse.in_write_form(staged.select(*TABLE_COLUMNS, digest))
+        source: Data
+        if isinstance(with_digests, pa.Table):
+            source, digests = with_digests.drop_columns(["key_digest"]), with_digests
+        else:
+            source = with_digests.drop("key_digest")
+            digests = with_digests.select("key_digest", "event_date").toArrow()
+        held = read_ahead.result()
     keys = key_index.pairs(digests)
     if not keys.num_rows:
         raise ValueError("a batch without events has nothing to merge")
@@ -147,7 +154,7 @@ def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> M
 
     def publish() -> tuple[int, MergedBatch]:
         seen = key_index.described_version(lakehouse, metadata, repair=repair)
-        days = tuple(sorted(batch_days | key_index.days_holding(lakehouse, keys)))
+        days = tuple(sorted(batch_days | key_index.days_holding(lakehouse, keys, held)))
         in_window, total = lakehouse.partition_files(USER_EVENTS, where=is_in("event_date", days))
         result = lakehouse.merge(
             USER_EVENTS,

@@ -20,12 +20,14 @@ from resources.catalog import Catalog, View
 from resources.lakehouse import port
 from resources.lakehouse.frames import StagedParts, staged_parts
 from resources.lakehouse.predicates import Dialect, Predicate, Sha256, Value
-from resources.object_store import S3Storage, is_object_store, object_path
+from resources.object_uri import is_object_store, object_path
 from resources.spark import SparkResource
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
+
+    from resources.object_store import S3Storage
 
 TABLE_DEFAULTS: Mapping[str, str] = {"delta.checkpointInterval": "10"}
 """Properties of every table the lakehouse creates, unless the creating write sets them.
@@ -54,8 +56,6 @@ class Lakehouse(dg.ConfigurableResource):
     spark: SparkResource = Field(default_factory=SparkResource)
     """The Spark the delta-spark engine and `read` use; by default a local one, which
     starts only when something needs it (delta-rs reads and writes need no JVM)."""
-    s3: S3Storage | None = None
-    """Endpoint and credentials for an `s3://` root (unset: the AWS_* environment)."""
     commit_attempts: int = 10
 
     _engine: port.DeltaEngine | None = PrivateAttr(default=None)
@@ -86,9 +86,13 @@ class Lakehouse(dg.ConfigurableResource):
         return f"{self.root.rstrip('/')}/{table}"
 
     def _storage(self) -> S3Storage | None:
+        """How to reach the object store under an `s3://` root: the AWS_* environment
+        here (`resources.object_store.S3Lakehouse` carries settings of its own)."""
         if not is_object_store(self.root):
             return None
-        return self.s3 or S3Storage()
+        from resources.object_store import S3Storage
+
+        return S3Storage()
 
     def _delta(self) -> port.DeltaEngine:
         if self._engine is None:
@@ -119,13 +123,8 @@ class Lakehouse(dg.ConfigurableResource):
         if self.engine == engine:
             return self
         if engine not in self._through_engine:
-            self._through_engine[engine] = Lakehouse(
-                root=self.root,
-                engine=engine,
-                spark=self.spark,
-                s3=self.s3,
-                commit_attempts=self.commit_attempts,
-            )
+            settings = {name: getattr(self, name) for name in type(self).model_fields}
+            self._through_engine[engine] = type(self)(**{**settings, "engine": engine})
         return self._through_engine[engine]
 
     def _filesystem(self) -> tuple[pafs.FileSystem, Callable[[str], str]]:

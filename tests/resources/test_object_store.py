@@ -21,6 +21,7 @@ from resources.lakehouse import (
     WhenNotMatchedInsert,
 )
 from resources.lakehouse.predicates import SortsAfter, eq, is_in, matches
+from resources.object_store import S3Lakehouse
 
 META = {"dagster_run_id": "s3-test", "asset_key": "t", "partition_key": None}
 
@@ -82,7 +83,9 @@ def test_writer_processes_committing_to_one_s3_table_lose_no_commit(s3_endpoint,
     version of one table each get their own, and every commit lands."""
     bucket = f"race-{uuid.uuid4().hex[:12]}"
     servers.create_bucket(s3_endpoint, bucket)
-    lake = Lakehouse(root=f"s3://{bucket}/lakehouse", engine="delta-rs", spark=spark, s3=s3_storage)
+    lake = S3Lakehouse(
+        root=f"s3://{bucket}/lakehouse", engine="delta-rs", spark=spark, s3=s3_storage
+    )
     partition_writer.race(lake, s3_endpoint, engine="delta-rs")
 
 

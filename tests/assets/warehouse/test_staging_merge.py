@@ -508,8 +508,8 @@ def test_a_publish_overtaken_between_its_lookup_and_its_commit_looks_up_again(
     lookup = key_index.days_holding
     overtaken: list[str] = []
 
-    def overtake(lake, keys):
-        found = lookup(lake, keys)
+    def overtake(lake, keys, read_ahead):
+        found = lookup(lake, keys, read_ahead)
         if not overtaken:
             overtaken.append("v2")
             apply("v2")  # moves e1 from 2021 to 2022 after v3 looked it up in 2021
@@ -541,8 +541,8 @@ def restore_after_the_next_lookup(lakehouse, write_batch, apply, monkeypatch):
     lookup = key_index.days_holding
     restored: list[int] = []
 
-    def restore_after_the_lookup(lake, keys):
-        found = lookup(lake, keys)
+    def restore_after_the_lookup(lake, keys, read_ahead):
+        found = lookup(lake, keys, read_ahead)
         if not restored:
             restored.append(lake.restore(USER_EVENTS, before_the_move, metadata={}).version)
         return found
