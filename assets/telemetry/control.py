@@ -309,8 +309,14 @@ def reconciled_versions(lakehouse: Lakehouse, subject_keys: Sequence[str]) -> di
     lowest: dict[str, int | None] = {}
     for aid, key in ids.items():
         versions = [recorded.get(aid) for recorded in per_table]
-        lowest[key] = None if None in versions else min(versions)  # type: ignore[type-var]
+        lowest[key] = lowest_version(versions)
     return lowest
+
+
+def lowest_version(versions: Sequence[int | None]) -> int | None:
+    """The lowest of `versions`; None when one is None (a table that never reflected it)."""
+    known = [version for version in versions if version is not None]
+    return min(known) if known and len(known) == len(versions) else None
 
 
 def rows_by_hour(

@@ -105,7 +105,7 @@ def _pending(
     read of the dirty spans."""
     raw_version = lakehouse.version(control.RAW)
     reflected = [lakehouse.app_transaction_version(t, app_id(subject)) for t in tables]
-    oldest = None if None in reflected else min(reflected)  # type: ignore[type-var]
+    oldest = control.lowest_version(reflected)
     every_span = control.dirty_spans(lakehouse, subject, oldest)
     pending: list[Pending | None] = []
     for table, version in zip(tables, reflected, strict=True):

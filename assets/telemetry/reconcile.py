@@ -111,7 +111,8 @@ def by_hour(rows: pa.Table, carry: Carry | None = None) -> tuple[pa.Table, pa.Ta
     )
     lengths = np.diff(np.r_[starts, len(micros)]).astype(np.int64)
     first_of_hour = hours.take(pa.array(starts, pa.int64()))
-    carried = carry is not None and len(micros) and first_of_hour[0].as_py() == carry[0]
+    continues = carry is not None and len(micros) and first_of_hour[0].as_py() == carry[0]
+    carried = carry if continues else None
     subject = ordered["subject_key"]
     within = {
         "subject_key": subject,
@@ -123,8 +124,8 @@ def by_hour(rows: pa.Table, carry: Carry | None = None) -> tuple[pa.Table, pa.Ta
         cumulative = np.cumsum(ordered[name].to_numpy(zero_copy_only=False), dtype=np.int64)
         before = np.r_[np.int64(0), cumulative][starts]
         in_hour = cumulative - np.repeat(before, lengths)
-        if carried:
-            in_hour[: lengths[0]] += carry[1][i]  # type: ignore[index]
+        if carried is not None:
+            in_hour[: lengths[0]] += carried[1][i]
         within[f"hour_cum_{name}"] = pa.array(in_hour)
         sums[name] = pa.array(_group_totals(ordered[name], starts), pa.int64())
     sums["rows"] = pa.array(lengths, pa.int64())
