@@ -45,8 +45,13 @@ class S3Storage(dg.Config):
     client: ClientConfig = ClientConfig()
 
     def delta_rs_options(self) -> dict[str, str]:
-        options = {**self.s3.str_dict(), **self.client.str_dict()}
-        del options["provider"]  # which of dagster-deltalake's classes, not an option
+        # As dagster-deltalake's `str_dict()` gives them (which calls pydantic's deprecated
+        # `dict()`, a warning in every run), without `provider`, which names the class.
+        options = {
+            key: str(value)
+            for config in (self.s3, self.client)
+            for key, value in config.model_dump(exclude={"provider"}, exclude_none=True).items()
+        }
         if options.pop("allow_unsafe_rename", "False") == "True":
             raise ValueError(
                 "allow_unsafe_rename would let concurrent commits overwrite each other"
