@@ -38,6 +38,19 @@ session, `execute_in_process`) would otherwise hang at random."""
 class _RunSession:
     session: Any
     holders: int
+    server_pid: int | None = None
+    """The pid of the long-lived Spark it was opened on, when `make dev` or `make demo`
+    manages that Spark (`server_state`): once that process is gone, so is the session (a
+    server started again gives it a new server-side session, which the client refuses),
+    and a retried step opens a new one."""
+
+
+def _gone(pid: int | None) -> bool:
+    """Whether the managed long-lived Spark of this pid has died (a look at the process,
+    no request to it)."""
+    from resources.spark_server import alive
+
+    return pid is not None and not alive(pid)
 
 
 _RUN_SESSIONS: dict[tuple[str, str | None], _RunSession] = {}
@@ -165,6 +178,7 @@ class SparkResource(dg.ConfigurableResource):
     _log: Any = PrivateAttr(default=None)
     _remote_session: SparkSession | None = PrivateAttr(default=None)
     _run_id: str | None = PrivateAttr(default=None)
+    _server_pid: int | None = PrivateAttr(default=None)
 
     @property
     def is_cluster(self) -> bool:
@@ -241,7 +255,9 @@ class SparkResource(dg.ConfigurableResource):
 
     def session(self) -> SparkSession:
         if self.remote:
-            if self._remote_session is None:
+            # A step retried after the server died gets a new session on a new server,
+            # where the old one would fail every call.
+            if self._remote_session is None or _gone(self._server_pid):
                 self._remote_session = self._run_session()
             _activate(self._remote_session)
             return self._remote_session
@@ -268,15 +284,26 @@ class SparkResource(dg.ConfigurableResource):
         key = (self.remote, self._run_id)
         with _RUN_SESSIONS_LOCK:
             shared = _RUN_SESSIONS.get(key)
+            if shared is not None and _gone(shared.server_pid):
+                # Not stopped: its client would try for minutes to release what it held
+                # on the server that is gone.
+                _STOPPED_SESSIONS.append(shared.session)
+                shared = None
             if shared is None or shared.session.is_stopped:
-                self._require_server()
+                pid = self._require_server()
                 builder = SparkSession.builder.remote(self.remote)
                 for name, value in self.session_config().items():
                     builder = builder.config(name, value)
                 # create(), not getOrCreate(): never the process's default session, which
                 # belongs to no run.
-                shared = _RUN_SESSIONS[key] = _RunSession(builder.create(), holders=0)
+                session = builder.create()
+                if pid is not None:
+                    from resources.connect_retries import WhileServerLives
+
+                    session.client.set_retry_policies([WhileServerLives(pid)])
+                shared = _RUN_SESSIONS[key] = _RunSession(session, 0, pid)
             shared.holders += 1
+            self._server_pid = shared.server_pid
             return shared.session
 
     def _release_run_session(self) -> None:
@@ -298,21 +325,30 @@ class SparkResource(dg.ConfigurableResource):
         session.stop()
         _STOPPED_SESSIONS.append(session)
 
-    def _require_server(self) -> None:
+    def _require_server(self) -> int | None:
         """The server behind `remote` answers, or this says why in one line: a managed
-        one that died is started again; the user's own is theirs to start."""
-        from resources.spark_server import SparkServerError, answers, remote_address, revive
+        one that died is started again (its pid is returned); the user's own is theirs to
+        start."""
+        from resources.spark_server import (
+            SparkServer,
+            SparkServerError,
+            answers,
+            remote_address,
+            revive,
+        )
 
         if self.server_state:
             say = self._log.warning if self._log is not None else print
             revive(self.remote, self.server_state, say=say)
-            return
+            described = SparkServer(self.server_state).description()
+            return described.pid if described is not None else None
         host, port = remote_address(self.remote)
         if not answers(host, port):
             raise SparkServerError(
                 f"no Spark Connect server answers at {self.remote} (SPARK_REMOTE): start it "
                 "(`make spark-connect`), or unset SPARK_REMOTE to run Spark in the process"
             )
+        return None
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._log = context.log
