@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 from urllib.parse import unquote
 
+import dagster as dg
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -44,8 +45,10 @@ class Problem:
         return f"{where}: {self.reason}"
 
 
-class SourceDataError(ValueError):
-    """Source files that cannot be ingested; nothing was written."""
+class SourceDataError(dg.Failure, ValueError):
+    """Source files that cannot be ingested; nothing was written. The data's own failure:
+    a step that raises it fails at once, never retried by a job's retry policy
+    (`assets.run_policy.TRANSIENT_RETRIES`), which is for failures of something else."""
 
     def __init__(self, source: str, problems: Sequence[Problem], *, more: bool = False) -> None:
         self.source = source
@@ -53,7 +56,10 @@ class SourceDataError(ValueError):
         self.more = more
         lines = "\n".join(f"  {p}" for p in self.problems)
         tail = "\n  ... and more" if more else ""
-        super().__init__(f"rejected {source} source data (nothing was written):\n{lines}{tail}")
+        super().__init__(
+            f"rejected {source} source data (nothing was written):\n{lines}{tail}",
+            allow_retries=False,
+        )
 
 
 class SourceDataErrors(SourceDataError):

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.materialization import commit_metadata, materialization_metadata
-from assets.run_policy import NO_RETRY_ON_REFUSAL
+from assets.run_policy import NO_RETRY_ON_REFUSAL, TRANSIENT_RETRIES
 from assets.warehouse.events_source import batch_file, parse_batch
 from assets.warehouse.staging_merge import TABLE_COLUMNS, deduplicate, merge_batch
 from resources import Lakehouse, LandingZone, SparkResource
@@ -151,9 +151,12 @@ def user_events_staging(
     try:
         stat = landing.stat(batch_file(batch_id))
     except LandingFileError as error:
-        raise dg.Failure(f"batch {batch_id}: {error}") from error
+        raise dg.Failure(f"batch {batch_id}: {error}", allow_retries=False) from error
     if stat is None:
-        raise dg.Failure(f"batch {batch_id}: {batch_file(batch_id)} is not in the landing zone")
+        raise dg.Failure(
+            f"batch {batch_id}: {batch_file(batch_id)} is not in the landing zone",
+            allow_retries=False,
+        )
     parsed = parse_batch(spark.session(), landing, batch_id, [stat])
     staged = deduplicate(parsed.frame).select(*TABLE_COLUMNS).localCheckpoint()
     rows = staged.count()
@@ -200,7 +203,10 @@ def user_events(
     if not lakehouse.exists(STAGING) or not lakehouse.count(
         STAGING, where=eq("batch_id", batch_id)
     ):
-        raise dg.Failure(f"batch {batch_id} is not staged: materialize user_events_staging first")
+        raise dg.Failure(
+            f"batch {batch_id} is not staged: materialize user_events_staging first",
+            allow_retries=False,
+        )
     # The blocking checks stop a run whose audits fail before this step; a run of this
     # asset alone audits again, so an unaudited batch is never published.
     checked = audit(lakehouse, batch_id, event_settings)
@@ -208,7 +214,8 @@ def user_events(
         raise dg.Failure(
             f"batch {batch_id} fails its audits (keys: {checked.null_keys} null, "
             f"{checked.duplicated_keys} duplicated; event times {_shown(checked.earliest)} .. "
-            f"{_shown(checked.latest)}): fix the batch file and stage it again"
+            f"{_shown(checked.latest)}): fix the batch file and stage it again",
+            allow_retries=False,
         )
     merged = merge_batch(
         lakehouse,
@@ -236,4 +243,5 @@ event_batch_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(user_events_staging, user_events),
     description="Stage, audit and publish one event batch (write-audit-publish).",
     tags=NO_RETRY_ON_REFUSAL,
+    op_retry_policy=TRANSIENT_RETRIES,
 )

@@ -1,0 +1,127 @@
+"""A failure that is not the data's is retried in the run, with backoff; one that is the
+data's fails at once, with its message (`assets.run_policy.TRANSIENT_RETRIES`).
+
+The transient case is the one seen under load: the long-lived Spark dies while an
+`event_batch_job` run is inside `user_events_staging`. The run process is a real one
+(`dagster job execute`, as the run launcher starts it), attached to a long-lived Spark
+of this test's own, which the test kills by its pid in the middle of the step."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import dagster as dg
+from support import PROJECT_ROOT, instance_home, run_process_env
+
+from assets.warehouse import (
+    EventSettings,
+    event_batch_job,
+    event_batches,
+    user_events,
+    user_events_staging,
+)
+from assets.warehouse.events_source import batch_file
+from assets.warehouse.staging_merge import USER_EVENTS
+from resources import Lakehouse
+from resources.spark_server import SparkServer, alive, long_lived_spark
+
+LINES = 300_000
+"""Enough for the staging step to take several seconds on the long-lived Spark."""
+
+
+def write_batch(landing, batch_id: str, lines: int, *, bad_line: int | None = None) -> None:
+    path = Path(landing.root) / batch_file(batch_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as out:
+        for i in range(1, lines + 1):
+            event = {
+                "event_id": f"e{i}",
+                "event_timestamp": "2024-05-01T10:00:00+00:00",
+                "ingestion_time": "2024-05-02T00:00:00+00:00",
+                "user_id": f"u{i % 100}",
+                "payload": {"n": i},
+            }
+            if i == bad_line:
+                event["user_id"] = 7
+            out.write(json.dumps(event) + "\n")
+
+
+def test_a_refused_batch_fails_at_once_with_its_file_and_line(
+    resources, instance, landing, lakehouse
+):
+    write_batch(landing, "bad", 3, bad_line=2)
+    instance.add_dynamic_partitions(event_batches.name, ["bad"])
+    job = dg.Definitions(
+        assets=[user_events_staging, user_events],
+        jobs=[event_batch_job],
+        resources={**resources, "event_settings": EventSettings()},
+    ).resolve_job_def(event_batch_job.name)
+    result = job.execute_in_process(instance=instance, partition_key="bad", raise_on_error=False)
+    assert not result.success
+    kinds = [event.event_type for event in result.all_events]
+    assert dg.DagsterEventType.STEP_UP_FOR_RETRY not in kinds
+    (failure,) = [event for event in result.all_events if event.is_step_failure]
+    assert "events/bad.jsonl:2: field 'user_id' is BIGINT, not text" in str(
+        failure.step_failure_data.error
+    )
+    assert not lakehouse.exists(USER_EVENTS)
+
+
+def test_a_run_whose_long_lived_spark_dies_mid_step_retries_it_and_publishes(tmp_path, landing):
+    lakehouse = Lakehouse(root=str(tmp_path / "lakehouse"), engine="delta-rs")
+    write_batch(landing, "b1", LINES)
+    home = instance_home(tmp_path / "home")
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_dynamic_partitions(event_batches.name, ["b1"])
+    state = tmp_path / "spark" / "connect"
+    with long_lived_spark(state, {}, say=lambda line: None) as spark_env:
+        first = SparkServer(state).description()
+        assert first is not None
+        run = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "dagster", "job", "execute"),
+                *("-f", "platform/definitions.py", "-j", event_batch_job.name),
+                *("--tags", json.dumps({"dagster/partition": "b1"})),
+            ],
+            cwd=PROJECT_ROOT,
+            env=run_process_env(home, lakehouse, landing, spark_env),
+            stderr=subprocess.STDOUT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        output: list[str] = []
+        staging = threading.Event()
+
+        def read() -> None:
+            assert run.stdout is not None
+            for line in run.stdout:
+                output.append(line)
+                if 'Started execution of step "user_events_staging"' in line:
+                    staging.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            assert staging.wait(300), "".join(output)[-3000:]
+            time.sleep(1.5)  # inside the step: its session open, its first jobs running
+            os.killpg(first.pid, signal.SIGKILL)
+            assert run.wait(600) == 0, "".join(output)[-5000:]
+        finally:
+            if run.poll() is None:
+                run.kill()
+        reader.join(10)
+        second = SparkServer(state).description()
+        assert second is not None and second.pid != first.pid and alive(second.pid)
+
+    said = "".join(output)
+    assert 'Execution of step "user_events_staging" failed and has requested a retry' in said
+    assert f"The long-lived Spark at {first.remote} is not answering" in said
+    assert "RUN_SUCCESS" in said
+    assert lakehouse.count(USER_EVENTS) == LINES
