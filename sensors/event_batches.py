@@ -1,14 +1,16 @@
 """Event batches: registers each landed `events/<batch_id>.jsonl` as a partition of
 `event_batches` and requests its `event_batch_job` run. Run keys are the batch's content
 digest, so a re-notified unchanged batch launches nothing and a changed one runs again.
-Only files whose size or mtime moved are hashed (`sensors/file_state.py`)."""
+Only files whose size or mtime moved are hashed (`sensors/file_state.py`). A batch whose
+run failed on something other than its data is asked for again, with backoff, until it
+lands (`sensors/requested_again.py`)."""
 
 import dagster as dg
 
 from assets.warehouse import event_batch_job, event_batches
 from assets.warehouse.events_source import EVENTS_FOLDER
 from resources import Lakehouse, LandingZone
-from sensors import file_state
+from sensors import file_state, requested_again
 from sensors.cadence import file_sensor
 
 SUFFIX = ".jsonl"
@@ -54,13 +56,14 @@ def event_batch_files(
             f"not event batches (the layout is {EVENTS_FOLDER}/<batch_id>{SUFFIX}): "
             + ", ".join(skipped[:20])
         )
+    again = requested_again.due(context, event_batch_files.name, event_batch_job.name)
     return dg.SensorResult(
-        run_requests=requests,
+        run_requests=requests + again.requests,
         # The batches of files new to the state: reading every registered key instead cost
         # a tick 0.2 s per 20,000 batches (and the daemon skips any key already added).
         dynamic_partitions_requests=[event_batches.build_add_request(first_seen)]
         if first_seen
         else [],
         # Files that are no batch are not remembered: named again while they are there.
-        cursor=scan.cursor(lakehouse, leave_out=skipped),
+        cursor=scan.cursor(lakehouse, leave_out=skipped, extra=again.cursor),
     )

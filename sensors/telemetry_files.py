@@ -4,9 +4,11 @@ It never starts Spark and never reads report data: it lists the landing zone, ha
 files whose size or mtime moved, follows the control tables with delta-rs, registers new
 subjects as dynamic partitions and requests a run per dirty subject, tagged with the
 subject (the instance allows one run per subject tag at a time). Run keys derive from the
-pending files' content hashes, so a re-notified unchanged file launches nothing. The
-decision is kept from tick to tick (`sensors/telemetry_decision.py`), so a tick costs the
-files and control rows that changed.
+pending files' content hashes, so a re-notified unchanged file launches nothing; a
+subject whose run failed on something transient is asked for again, with backoff
+(`sensors/requested_again.py`). The decision is kept from tick to tick
+(`sensors/telemetry_decision.py`), so a tick costs the files and control rows that
+changed.
 """
 
 import datetime as dt
@@ -23,7 +25,7 @@ from assets.telemetry.subjects import (
     subjects,
 )
 from resources import Lakehouse, LandingZone
-from sensors import file_state, telemetry_decision
+from sensors import file_state, requested_again, telemetry_decision
 from sensors.cadence import file_sensor
 
 
@@ -84,7 +86,10 @@ def telemetry_files(
     pending = index.pending(decision.reflected, dt.datetime.now(dt.UTC))
     # Files with no subject, or one no partition can have, are not remembered: looked at
     # (and named in the log) again while they are there.
-    cursor = scan.cursor(lakehouse, leave_out=[*unplaced, *refused], relabel=relabel)
+    again = requested_again.due(context, telemetry_files.name, telemetry_job.name)
+    cursor = scan.cursor(
+        lakehouse, leave_out=[*unplaced, *refused], relabel=relabel, extra=again.cursor
+    )
     decision.files_version = file_state.cursor_extra(cursor, "state_version")
     return dg.SensorResult(
         run_requests=[
@@ -97,7 +102,8 @@ def telemetry_files(
                 },
             )
             for p in pending
-        ],
+        ]
+        + again.requests,
         # Subjects no earlier tick saw (the daemon skips any key already added).
         dynamic_partitions_requests=[subjects.build_add_request(sorted(seen_first))]
         if seen_first

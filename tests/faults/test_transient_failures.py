@@ -1,5 +1,7 @@
-"""A failure that is not the data's is retried in the run, with backoff; one that is the
-data's fails at once, with its message (`assets.run_policy.TRANSIENT_RETRIES`).
+"""A failure that is not the data's is retried in the run, with backoff, then asked for
+again by its sensor, with a longer backoff, until it lands; one that is the data's fails
+at once, with its message (`assets.run_policy.TRANSIENT_RETRIES`,
+`sensors/requested_again.py`).
 
 The transient case is the one seen under load: the long-lived Spark dies while an
 `event_batch_job` run is inside `user_events_staging`. The run process is a real one
@@ -31,19 +33,28 @@ from assets.warehouse.events_source import batch_file
 from assets.warehouse.staging_merge import USER_EVENTS
 from resources import Lakehouse
 from resources.spark_server import SparkServer, alive, long_lived_spark
+from sensors.event_batches import event_batch_files
+from sensors.requested_again import AGAIN_OF_TAG, ATTEMPT_TAG, requested_again
 
 LINES = 300_000
 """Enough for the staging step to take several seconds on the long-lived Spark."""
 
 
-def write_batch(landing, batch_id: str, lines: int, *, bad_line: int | None = None) -> None:
+def write_batch(
+    landing,
+    batch_id: str,
+    lines: int,
+    *,
+    bad_line: int | None = None,
+    timestamp: str = "2024-05-01T10:00:00+00:00",
+) -> None:
     path = Path(landing.root) / batch_file(batch_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as out:
         for i in range(1, lines + 1):
             event = {
                 "event_id": f"e{i}",
-                "event_timestamp": "2024-05-01T10:00:00+00:00",
+                "event_timestamp": timestamp,
                 "ingestion_time": "2024-05-02T00:00:00+00:00",
                 "user_id": f"u{i % 100}",
                 "payload": {"n": i},
@@ -125,3 +136,74 @@ def test_a_run_whose_long_lived_spark_dies_mid_step_retries_it_and_publishes(tmp
     assert f"The long-lived Spark at {first.remote} is not answering" in said
     assert "RUN_SUCCESS" in said
     assert lakehouse.count(USER_EVENTS) == LINES
+
+
+def test_work_whose_run_failed_on_something_else_than_its_data_is_asked_for_again(
+    tmp_path, landing, spark, instance
+):
+    """After its retries, a run that failed on something transient (here: the lakehouse's
+    folder is a file) gets its work asked for again, after a backoff that doubles with each
+    attempt; a refused batch and a batch that failed its audit are never asked for again.
+    The runs are real runs of `event_batch_job` on the instance, tagged as the sensor's."""
+    write_batch(landing, "b1", 3)
+    write_batch(landing, "bad", 3, bad_line=2)
+    write_batch(landing, "late", 1, timestamp="1999-12-31T23:59:59+00:00")
+    instance.add_dynamic_partitions(event_batches.name, ["b1", "bad", "late"])
+    (tmp_path / "blocked").write_text("a file where the lakehouse's folder should be")
+    broken = Lakehouse(root=str(tmp_path / "blocked" / "lake"), engine="delta-rs", spark=spark)
+    healthy = Lakehouse(root=str(tmp_path / "lake"), engine="delta-rs", spark=spark)
+    sensor = event_batch_files.name
+
+    def run(batch_id: str, lakehouse: Lakehouse, tags: dict[str, str] | None = None):
+        # The job as deployed, less its step retries (they would wait 22 s here).
+        job = dg.define_asset_job(event_batch_job.name, tags=event_batch_job.tags)
+        return (
+            dg.Definitions(
+                assets=[user_events_staging, user_events],
+                jobs=[job],
+                resources={
+                    "spark": spark,
+                    "lakehouse": lakehouse,
+                    "landing": landing,
+                    "event_settings": EventSettings(),
+                },
+            )
+            .resolve_job_def(job.name)
+            .execute_in_process(
+                instance=instance,
+                partition_key=batch_id,
+                tags={"dagster/sensor_name": sensor, **(tags or {})},
+                raise_on_error=False,
+            )
+        )
+
+    since = time.time()
+
+    def due(now: float):
+        return requested_again(instance, sensor, event_batch_job.name, since, now)
+
+    failed = run("b1", broken)
+    assert not run("bad", healthy).success
+    late = run("late", healthy)  # refused by its audit: a blocking check fails
+    assert not late.success and not all(c.passed for c in late.get_asset_check_evaluations())
+    assert not failed.success
+    ended = instance.get_run_record_by_id(failed.run_id).end_time
+
+    waiting = due(ended + 1)
+    assert waiting.requests == [] and waiting.since < ended
+    (again,) = due(ended + 61).requests
+    assert again.partition_key == "b1" and again.run_key == f"again:{failed.run_id}"
+    assert again.tags == {ATTEMPT_TAG: "1", AGAIN_OF_TAG: failed.run_id}
+
+    # The second attempt fails too: the next waits twice as long.
+    second = run("b1", broken, again.tags)
+    assert not second.success
+    ended = instance.get_run_record_by_id(second.run_id).end_time
+    assert not due(ended + 61).requests
+    (third,) = due(ended + 121).requests
+    assert third.tags[ATTEMPT_TAG] == "2" and third.run_key == f"again:{second.run_id}"
+
+    # The third lands: nothing is asked for again, ever.
+    assert run("b1", healthy, third.tags).success
+    assert healthy.count(USER_EVENTS) == 3
+    assert not due(ended + 10**6).requests

@@ -64,7 +64,10 @@ def test_the_cursor_stays_small_while_the_state_grows(tick, land, landing):
         land(f"batch-{i:04d}")
     first = tick(None)
     assert len(first.run_requests) == 300
-    assert json.loads(first.cursor) == {"state_version": 0, "files": 300, "seq": 1}
+    cursor = json.loads(first.cursor)
+    # Beside the state's version: where the sensor looks for failed runs from (a time).
+    since = cursor.pop("failed_since")
+    assert cursor == {"state_version": 0, "files": 300, "seq": 1}
     rows = state_rows(landing)
     assert len(rows) == 300
     assert {r["path"] for r in rows} == {f"events/batch-{i:04d}.jsonl" for i in range(300)}
@@ -72,7 +75,12 @@ def test_the_cursor_stays_small_while_the_state_grows(tick, land, landing):
         land(f"batch-{i:04d}")
     second = tick(first.cursor)
     assert len(second.run_requests) == 300
-    assert json.loads(second.cursor) == {"state_version": 1, "files": 600, "seq": 2}
+    assert json.loads(second.cursor) == {
+        "state_version": 1,
+        "files": 600,
+        "seq": 2,
+        "failed_since": since,  # no run failed
+    }
     assert len(second.cursor) == len(first.cursor)
 
 
