@@ -56,7 +56,7 @@ def event_batch_files(
             f"not event batches (the layout is {EVENTS_FOLDER}/<batch_id>{SUFFIX}): "
             + ", ".join(skipped[:20])
         )
-    again = requested_again.due(context, event_batch_files.name, event_batch_job.name)
+    again = requested_again.due(context, event_batch_files.name)
     return dg.SensorResult(
         run_requests=requests + again.requests,
         # The batches of files new to the state: reading every registered key instead cost

@@ -11,7 +11,9 @@ process that died and outlived the daemon's run retries) is asked for again, onc
 failed run, under a run key of its own and `ATTEMPT_TAG`, after a backoff that doubles
 with each attempt (`FIRST_BACKOFF` seconds, at most `LONGEST_BACKOFF`). A run of the
 same partition created after the failed one (a new file, a re-execution from the UI, the
-daemon's retry) takes its place."""
+daemon's retry) takes its place. The work is asked for of the same job and partitions
+(a range run's range too), so it suits work that any run may redo in any order, as the
+platform's idempotent writes are; not the in-order days of the updates patterns."""
 
 from __future__ import annotations
 
@@ -47,11 +49,11 @@ class Again:
         return {CURSOR_KEY: self.since}
 
 
-def due(context: dg.SensorEvaluationContext, sensor: str, job: str) -> Again:
+def due(context: dg.SensorEvaluationContext, sensor: str) -> Again:
     """`requested_again` for the tick of `sensor` in `context`, from where its cursor
     says the tick before looked."""
     return requested_again(
-        context.instance, sensor, job, cursor_extra(context.cursor, CURSOR_KEY), time.time()
+        context.instance, sensor, cursor_extra(context.cursor, CURSOR_KEY), time.time()
     )
 
 
@@ -74,26 +76,36 @@ def _refused(instance: dg.DagsterInstance, run_id: str) -> bool:
     return False
 
 
-def _taken_over(instance: dg.DagsterInstance, job: str, run: dg.RunRecord) -> bool:
-    partition = run.dagster_run.tags.get("dagster/partition")
-    tags = {"dagster/partition": partition} if partition else {}
+_WHICH_PARTITIONS = (
+    "dagster/partition",
+    "dagster/asset_partition_range_start",
+    "dagster/asset_partition_range_end",
+)
+"""The tags that say which partitions a run builds: its partition, or its range."""
+
+
+def _taken_over(instance: dg.DagsterInstance, run: dg.RunRecord) -> bool:
+    """Whether a run of the same job and partitions was created after `run`."""
+    tags = {k: v for k, v in run.dagster_run.tags.items() if k in _WHICH_PARTITIONS}
     newer = instance.get_run_records(
-        dg.RunsFilter(job_name=job, tags=tags, created_after=run.create_timestamp), limit=1
+        dg.RunsFilter(
+            job_name=run.dagster_run.job_name, tags=tags, created_after=run.create_timestamp
+        ),
+        limit=1,
     )
     return bool(newer)
 
 
 def requested_again(
-    instance: dg.DagsterInstance, sensor: str, job: str, since: float | None, now: float
+    instance: dg.DagsterInstance, sensor: str, since: float | None, now: float
 ) -> Again:
-    """The runs of `job` that the sensor named `sensor` launched that failed after `since`
-    (a POSIX time; None: a sensor that never looked, which looks from `now`) and whose
-    work is due again at `now`."""
+    """The runs the sensor named `sensor` launched that failed after `since` (a POSIX
+    time; None: a sensor that never looked, which looks from `now`) and whose work is due
+    again at `now`: each asked for again, of the same job and partitions."""
     if since is None:
         return Again([], now)
     failed = instance.get_run_records(
         dg.RunsFilter(
-            job_name=job,
             statuses=[dg.DagsterRunStatus.FAILURE],
             tags={"dagster/sensor_name": sensor},
             updated_after=dt.datetime.fromtimestamp(since, dt.UTC),
@@ -107,17 +119,23 @@ def requested_again(
         newest = max(newest, record.update_timestamp.timestamp())
         if run.tags.get("dagster/will_retry") == "true" or _refused(instance, run.run_id):
             continue
-        if _taken_over(instance, job, record):
+        if _taken_over(instance, record):
             continue
         attempt = int(run.tags.get(ATTEMPT_TAG, "0"))
         if now < ended + backoff(attempt):
             waiting.append(record.update_timestamp.timestamp())
             continue
-        # The failed run's own tags (a subject's concurrency tag, say) go with its work.
-        kept = {k: v for k, v in run.tags.items() if not k.startswith("dagster/")}
+        # The failed run's own tags (a subject's concurrency tag, say) and its range go
+        # with its work.
+        kept = {
+            k: v
+            for k, v in run.tags.items()
+            if not k.startswith("dagster/") or k in _WHICH_PARTITIONS[1:]
+        }
         requests.append(
             dg.RunRequest(
                 run_key=f"again:{run.run_id}",
+                job_name=run.job_name,
                 partition_key=run.tags.get("dagster/partition"),
                 tags={**kept, ATTEMPT_TAG: str(attempt + 1), AGAIN_OF_TAG: run.run_id},
             )

@@ -86,7 +86,7 @@ def telemetry_files(
     pending = index.pending(decision.reflected, dt.datetime.now(dt.UTC))
     # Files with no subject, or one no partition can have, are not remembered: looked at
     # (and named in the log) again while they are there.
-    again = requested_again.due(context, telemetry_files.name, telemetry_job.name)
+    again = requested_again.due(context, telemetry_files.name)
     cursor = scan.cursor(
         lakehouse, leave_out=[*unplaced, *refused], relabel=relabel, extra=again.cursor
     )

@@ -12,7 +12,10 @@ requested then.
 Adjacent days that need the same kind of run (new, or changed) are asked for as one run
 over their range: visits_daily's single-run backfill policy builds a range in one run and
 one Spark pass, so 42 new days are one run, not 42 runs each booting a JVM. The weeks
-follow the days by declarative automation (visits_weekly reads visits_daily).
+follow the days by declarative automation (visits_weekly reads visits_daily). A run that
+failed on something transient is asked for again, with backoff
+(`sensors/requested_again.py`): its days' digests have not changed, so its run key would
+never launch again.
 """
 
 import datetime as dt
@@ -29,7 +32,7 @@ from assets.overwriting.calendar import day_of_file, day_of_folder
 from assets.partition_range import existing_keys, run_partitions, stretches
 from resources import Lakehouse, LandingZone
 from resources.landing import Fingerprint, sources_digest
-from sensors import file_state
+from sensors import file_state, requested_again
 from sensors.cadence import file_sensor
 
 VISITS_DAILY_KEY = dg.AssetKey("visits_daily")
@@ -185,7 +188,8 @@ def visits_late_files(
         and (key := day_key(folder_of(path))) is not None
         and not exists(key)
     ]
+    again = requested_again.due(context, visits_late_files.name)
     return dg.SensorResult(
-        run_requests=[run.request() for run in day_runs(dirty)],
-        cursor=scan.cursor(lakehouse, leave_out=waiting),
+        run_requests=[run.request() for run in day_runs(dirty)] + again.requests,
+        cursor=scan.cursor(lakehouse, leave_out=waiting, extra=again.cursor),
     )

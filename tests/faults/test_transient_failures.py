@@ -10,6 +10,7 @@ of this test's own, which the test kills by its pid in the middle of the step.""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -20,8 +21,15 @@ import time
 from pathlib import Path
 
 import dagster as dg
-from support import PROJECT_ROOT, instance_home, run_process_env
+from support import (
+    PROJECT_ROOT,
+    day_of_visits,
+    instance_home,
+    partition_range,
+    run_process_env,
+)
 
+from assets.overwriting import visits_daily, visits_daily_job
 from assets.warehouse import (
     EventSettings,
     event_batch_job,
@@ -35,6 +43,7 @@ from resources import Lakehouse
 from resources.spark_server import SparkServer, alive, long_lived_spark
 from sensors.event_batches import event_batch_files
 from sensors.requested_again import AGAIN_OF_TAG, ATTEMPT_TAG, requested_again
+from sensors.visits_late_files import visits_late_files
 
 LINES = 300_000
 """Enough for the staging step to take several seconds on the long-lived Spark."""
@@ -180,9 +189,11 @@ def test_work_whose_run_failed_on_something_else_than_its_data_is_asked_for_agai
     since = time.time()
 
     def due(now: float):
-        return requested_again(instance, sensor, event_batch_job.name, since, now)
+        return requested_again(instance, sensor, since, now)
 
     failed = run("b1", broken)
+    (failure,) = [event for event in failed.all_events if event.is_step_failure]
+    assert "Not a directory" in str(failure.step_failure_data.error)
     assert not run("bad", healthy).success
     late = run("late", healthy)  # refused by its audit: a blocking check fails
     assert not late.success and not all(c.passed for c in late.get_asset_check_evaluations())
@@ -207,3 +218,37 @@ def test_work_whose_run_failed_on_something_else_than_its_data_is_asked_for_agai
     assert run("b1", healthy, third.tags).success
     assert healthy.count(USER_EVENTS) == 3
     assert not due(ended + 10**6).requests
+
+
+def test_a_failed_range_of_days_is_asked_for_again_as_that_range(
+    tmp_path, landing, spark, instance, write_visits
+):
+    days = [dt.date(2024, 4, 1), dt.date(2024, 4, 2)]
+    for day in days:
+        write_visits(day, "part.jsonl", day_of_visits(day, 4))
+    (tmp_path / "blocked").write_text("a file where the lakehouse's folder should be")
+    broken = Lakehouse(root=str(tmp_path / "blocked" / "lake"), engine="delta-rs", spark=spark)
+    since = time.time()
+    failed = (
+        dg.Definitions(
+            assets=[visits_daily],
+            jobs=[visits_daily_job],
+            resources={"spark": spark, "lakehouse": broken, "landing": landing},
+        )
+        .resolve_job_def(visits_daily_job.name)
+        .execute_in_process(
+            instance=instance,
+            tags={"dagster/sensor_name": visits_late_files.name, **partition_range(*days)},
+            raise_on_error=False,
+        )
+    )
+    (failure,) = [event for event in failed.all_events if event.is_step_failure]
+    assert "Not a directory" in str(failure.step_failure_data.error)
+    ended = instance.get_run_record_by_id(failed.run_id).end_time
+    (again,) = requested_again(instance, visits_late_files.name, since, ended + 61).requests
+    assert (again.job_name, again.partition_key) == (visits_daily_job.name, None)
+    assert again.tags == {
+        **partition_range(*days),
+        ATTEMPT_TAG: "1",
+        AGAIN_OF_TAG: failed.run_id,
+    }
