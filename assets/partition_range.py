@@ -17,6 +17,8 @@ from typing import Any, Literal, TypeVar
 
 import dagster as dg
 
+from assets.run_policy import is_refusal, refusal
+
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 T = TypeVar("T")
 
@@ -129,7 +131,10 @@ def materialize_partitions(
         )
     not_run = [key for key in keys if key not in done and key not in failed]
     first_key, first_error = next(iter(failed.items()))
-    raise dg.Failure(
+    # The data's own when every partition that failed was refused; else a failure of
+    # something else, whose work its sensor asks for again.
+    fail = refusal if all(is_refusal(error) for error in failed.values()) else dg.Failure
+    raise fail(
         description=(
             f"{len(failed)} of {len(keys)} partitions failed ({', '.join(failed)}); "
             f"{len(done)} committed"

@@ -1,5 +1,8 @@
 """Run tags and retry policies shared by families of jobs."""
 
+from collections.abc import Mapping
+from typing import Any
+
 import dagster as dg
 
 IN_ORDER = "updates/in_order"
@@ -12,10 +15,25 @@ NO_RETRY_ON_REFUSAL = {"dagster/retry_on_asset_or_op_failure": "false"}
 restorable): they fail the same way every time, so the instance's run retries are kept
 for runs whose process died (run monitoring), not spent on step failures."""
 
+REFUSED = "refused"
+"""The metadata key that marks a step failure as the data's own (`refusal`)."""
+
+
+def refusal(description: str, metadata: Mapping[str, Any] | None = None) -> dg.Failure:
+    """A step failure that is the data's own (bad input, a failed audit, a batch not
+    landed): it fails the step at once, with `description`, and its work is never asked
+    for again (`sensors/requested_again.py`); the same input would be refused again."""
+    marked = {**(metadata or {}), REFUSED: True}
+    return dg.Failure(description, metadata=marked, allow_retries=False)
+
+
+def is_refusal(error: BaseException) -> bool:
+    return isinstance(error, dg.Failure) and REFUSED in error.metadata
+
+
 TRANSIENT_RETRIES = dg.RetryPolicy(
     max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
 )
 """For the steps of those jobs: a failure that is not a refusal (the long-lived Spark died,
-the store did not answer) is retried in the run, after about 2, 6 and 14 s. A refusal
-raises `dg.Failure(allow_retries=False)` (`SourceDataError` is one), which fails the step
-at once with its message: the same input would be refused again."""
+the store did not answer) is retried in the run, after about 2, 6 and 14 s. A `refusal`
+(`SourceDataError` is one) fails the step at once with its message."""

@@ -21,6 +21,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from assets.run_policy import REFUSED
 from resources.landing import FileStat, Fingerprint, LandingZone
 
 MAX_REPORTED_PROBLEMS = 10
@@ -46,9 +47,9 @@ class Problem:
 
 
 class SourceDataError(dg.Failure, ValueError):
-    """Source files that cannot be ingested; nothing was written. The data's own failure:
-    a step that raises it fails at once, never retried by a job's retry policy
-    (`assets.run_policy.TRANSIENT_RETRIES`), which is for failures of something else."""
+    """Source files that cannot be ingested; nothing was written. The data's own failure
+    (`assets.run_policy.refusal`): a step that raises it fails at once, and its work is
+    never asked for again."""
 
     def __init__(self, source: str, problems: Sequence[Problem], *, more: bool = False) -> None:
         self.source = source
@@ -58,6 +59,7 @@ class SourceDataError(dg.Failure, ValueError):
         tail = "\n  ... and more" if more else ""
         super().__init__(
             f"rejected {source} source data (nothing was written):\n{lines}{tail}",
+            metadata={REFUSED: True},
             allow_retries=False,
         )
 

@@ -5,8 +5,8 @@ A sensor's run key names its work (a batch and its content), and Dagster launche
 once: without this, the work of a run that failed stays undone until a person
 re-executes it. Each tick, the sensor looks at the runs it launched that failed since it
 last looked (one query of the instance). A failure that is the data's own stays failed,
-with its message: a `dg.Failure` (a refusal of the input) or a blocking check that
-failed (an audit). Any other failure (an error that outlived the step's retries, a run
+with its message: a `refusal` (`assets/run_policy.py`: bad input, say) or a blocking
+check that failed (an audit). Any other failure (an error that outlived the step's retries, a run
 process that died and outlived the daemon's run retries) is asked for again, once per
 failed run, under a run key of its own and `ATTEMPT_TAG`, after a backoff that doubles
 with each attempt (`FIRST_BACKOFF` seconds, at most `LONGEST_BACKOFF`). A run of the
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
+from assets.run_policy import REFUSED
 from sensors.file_state import cursor_extra
 
 ATTEMPT_TAG = "lakehouse/attempt"
@@ -62,16 +63,18 @@ def backoff(attempt: int) -> float:
 
 
 def _refused(instance: dg.DagsterInstance, run_id: str) -> bool:
-    """Whether the run failed on its data: a step raised `dg.Failure`, or a blocking
-    check failed."""
+    """Whether the run failed on its data: a step's failure was a `refusal`, or a
+    blocking check failed."""
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records
     for record in records:
         event = record.event_log_entry.dagster_event
         data = event.step_failure_data if event is not None else None
-        if data is not None and (
-            data.user_failure_data is not None
-            or (data.error is not None and data.error.cls_name == _CHECK_FAILED)
-        ):
+        if data is None:
+            continue
+        marked = data.user_failure_data is not None and REFUSED in (
+            data.user_failure_data.metadata or {}
+        )
+        if marked or (data.error is not None and data.error.cls_name == _CHECK_FAILED):
             return True
     return False
 

@@ -223,25 +223,35 @@ def test_work_whose_run_failed_on_something_else_than_its_data_is_asked_for_agai
 def test_a_failed_range_of_days_is_asked_for_again_as_that_range(
     tmp_path, landing, spark, instance, write_visits
 ):
+    """A range whose days failed on something else than their data is asked for again as
+    that range; one whose failed day was refused (a bad line) is not."""
     days = [dt.date(2024, 4, 1), dt.date(2024, 4, 2)]
-    for day in days:
+    refused_days = [dt.date(2024, 4, 8), dt.date(2024, 4, 9)]
+    for day in days + refused_days:
         write_visits(day, "part.jsonl", day_of_visits(day, 4))
+    write_visits(refused_days[1], "bad.jsonl", "{not json\n")
     (tmp_path / "blocked").write_text("a file where the lakehouse's folder should be")
     broken = Lakehouse(root=str(tmp_path / "blocked" / "lake"), engine="delta-rs", spark=spark)
-    since = time.time()
-    failed = (
-        dg.Definitions(
-            assets=[visits_daily],
-            jobs=[visits_daily_job],
-            resources={"spark": spark, "lakehouse": broken, "landing": landing},
+    healthy = Lakehouse(root=str(tmp_path / "lake"), engine="delta-rs", spark=spark)
+    since, sensor = time.time(), visits_late_files.name
+
+    def run(lakehouse: Lakehouse, first: dt.date, last: dt.date):
+        return (
+            dg.Definitions(
+                assets=[visits_daily],
+                jobs=[visits_daily_job],
+                resources={"spark": spark, "lakehouse": lakehouse, "landing": landing},
+            )
+            .resolve_job_def(visits_daily_job.name)
+            .execute_in_process(
+                instance=instance,
+                tags={"dagster/sensor_name": sensor, **partition_range(first, last)},
+                raise_on_error=False,
+            )
         )
-        .resolve_job_def(visits_daily_job.name)
-        .execute_in_process(
-            instance=instance,
-            tags={"dagster/sensor_name": visits_late_files.name, **partition_range(*days)},
-            raise_on_error=False,
-        )
-    )
+
+    assert not run(healthy, *refused_days).success
+    failed = run(broken, *days)
     (failure,) = [event for event in failed.all_events if event.is_step_failure]
     assert "Not a directory" in str(failure.step_failure_data.error)
     ended = instance.get_run_record_by_id(failed.run_id).end_time
