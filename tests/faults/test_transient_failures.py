@@ -40,7 +40,7 @@ from assets.warehouse import (
 from assets.warehouse.events_source import batch_file
 from assets.warehouse.staging_merge import USER_EVENTS
 from resources import Lakehouse
-from resources.spark_server import SparkServer, alive, long_lived_spark
+from resources.spark_server import SparkServer, alive, free_port, long_lived_spark
 from sensors.event_batches import event_batch_files
 from sensors.requested_again import AGAIN_OF_TAG, ATTEMPT_TAG, requested_again
 from sensors.visits_late_files import visits_late_files
@@ -101,7 +101,12 @@ def test_a_run_whose_long_lived_spark_dies_mid_step_retries_it_and_publishes(tmp
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_dynamic_partitions(event_batches.name, ["b1"])
     state = tmp_path / "spark" / "connect"
-    with long_lived_spark(state, {}, say=lambda line: None) as spark_env:
+    # Ports of its own, not Spark's defaults: the session's other long-lived Spark (of
+    # another test process) may start while this one is dead, and would take a default
+    # port its successor needs.
+    connect = free_port()
+    ports = {"SPARK_CONNECT_PORT": str(connect), "SPARK_JDBC_PORT": str(free_port(besides=connect))}
+    with long_lived_spark(state, ports, say=lambda line: None) as spark_env:
         first = SparkServer(state).description()
         assert first is not None
         run = subprocess.Popen(
