@@ -53,9 +53,16 @@ class Again:
 def due(context: dg.SensorEvaluationContext, sensor: str) -> Again:
     """`requested_again` for the tick of `sensor` in `context`, from where its cursor
     says the tick before looked."""
-    return requested_again(
+    again = requested_again(
         context.instance, sensor, cursor_extra(context.cursor, CURSOR_KEY), time.time()
     )
+    for request in again.requests:
+        # In the tick's log: what the sensor asked for again, and why.
+        context.log.info(
+            f"asking again (attempt {request.tags[ATTEMPT_TAG]}) for the work of run "
+            f"{request.tags[AGAIN_OF_TAG]}, which failed on something other than its data"
+        )
+    return again
 
 
 def backoff(attempt: int) -> float:
