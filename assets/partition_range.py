@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 
 import dagster as dg
 
-from assets.run_policy import is_refusal, refusal
+from assets.run_policy import Refusal
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 T = TypeVar("T")
@@ -133,7 +133,7 @@ def materialize_partitions(
     first_key, first_error = next(iter(failed.items()))
     # The data's own when every partition that failed was refused; else a failure of
     # something else, whose work its sensor asks for again.
-    fail = refusal if all(is_refusal(error) for error in failed.values()) else dg.Failure
+    fail = Refusal if all(isinstance(e, Refusal) for e in failed.values()) else dg.Failure
     raise fail(
         description=(
             f"{len(failed)} of {len(keys)} partitions failed ({', '.join(failed)}); "

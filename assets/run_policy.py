@@ -16,24 +16,23 @@ restorable): they fail the same way every time, so the instance's run retries ar
 for runs whose process died (run monitoring), not spent on step failures."""
 
 REFUSED = "refused"
-"""The metadata key that marks a step failure as the data's own (`refusal`)."""
+"""The metadata key that marks a step failure as the data's own (`Refusal`)."""
 
 
-def refusal(description: str, metadata: Mapping[str, Any] | None = None) -> dg.Failure:
+class Refusal(dg.Failure):
     """A step failure that is the data's own (bad input, a failed audit, a batch not
     landed): it fails the step at once, with `description`, and its work is never asked
-    for again (`sensors/requested_again.py`); the same input would be refused again."""
-    marked = {**(metadata or {}), REFUSED: True}
-    return dg.Failure(description, metadata=marked, allow_retries=False)
+    for again (`sensors/requested_again.py`, which reads the `REFUSED` mark in the
+    failure's metadata); the same input would be refused again."""
 
-
-def is_refusal(error: BaseException) -> bool:
-    return isinstance(error, dg.Failure) and REFUSED in error.metadata
+    def __init__(self, description: str, metadata: Mapping[str, Any] | None = None) -> None:
+        marked = {**(metadata or {}), REFUSED: True}
+        super().__init__(description, metadata=marked, allow_retries=False)
 
 
 TRANSIENT_RETRIES = dg.RetryPolicy(
     max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
 )
 """For the steps of those jobs: a failure that is not a refusal (the long-lived Spark died,
-the store did not answer) is retried in the run, after about 2, 6 and 14 s. A `refusal`
+the store did not answer) is retried in the run, after about 2, 6 and 14 s. A `Refusal`
 (`SourceDataError` is one) fails the step at once with its message."""

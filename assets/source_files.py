@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 from urllib.parse import unquote
 
-import dagster as dg
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from assets.run_policy import REFUSED
+from assets.run_policy import Refusal
 from resources.landing import FileStat, Fingerprint, LandingZone
 
 MAX_REPORTED_PROBLEMS = 10
@@ -46,9 +45,9 @@ class Problem:
         return f"{where}: {self.reason}"
 
 
-class SourceDataError(dg.Failure, ValueError):
+class SourceDataError(Refusal, ValueError):
     """Source files that cannot be ingested; nothing was written. The data's own failure
-    (`assets.run_policy.refusal`): a step that raises it fails at once, and its work is
+    (`assets.run_policy.Refusal`): a step that raises it fails at once, and its work is
     never asked for again."""
 
     def __init__(self, source: str, problems: Sequence[Problem], *, more: bool = False) -> None:
@@ -57,11 +56,7 @@ class SourceDataError(dg.Failure, ValueError):
         self.more = more
         lines = "\n".join(f"  {p}" for p in self.problems)
         tail = "\n  ... and more" if more else ""
-        super().__init__(
-            f"rejected {source} source data (nothing was written):\n{lines}{tail}",
-            metadata={REFUSED: True},
-            allow_retries=False,
-        )
+        super().__init__(f"rejected {source} source data (nothing was written):\n{lines}{tail}")
 
 
 class SourceDataErrors(SourceDataError):

@@ -5,7 +5,7 @@ A sensor's run key names its work (a batch and its content), and Dagster launche
 once: without this, the work of a run that failed stays undone until a person
 re-executes it. Each tick, the sensor looks at the runs it launched that failed since it
 last looked (one query of the instance). A failure that is the data's own stays failed,
-with its message: a `refusal` (`assets/run_policy.py`: bad input, say) or a blocking
+with its message: a `Refusal` (`assets/run_policy.py`: bad input, say) or a blocking
 check that failed (an audit). Any other failure (an error that outlived the step's retries, a run
 process that died and outlived the daemon's run retries) is asked for again, once per
 failed run, under a run key of its own and `ATTEMPT_TAG`, after a backoff that doubles
@@ -70,7 +70,7 @@ def backoff(attempt: int) -> float:
 
 
 def _refused(instance: dg.DagsterInstance, run_id: str) -> bool:
-    """Whether the run failed on its data: a step's failure was a `refusal`, or a
+    """Whether the run failed on its data: a step's failure was a `Refusal`, or a
     blocking check failed."""
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records
     for record in records:

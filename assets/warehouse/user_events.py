@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.materialization import commit_metadata, materialization_metadata
-from assets.run_policy import NO_RETRY_ON_REFUSAL, TRANSIENT_RETRIES, refusal
+from assets.run_policy import NO_RETRY_ON_REFUSAL, TRANSIENT_RETRIES, Refusal
 from assets.warehouse.events_source import batch_file, parse_batch
 from assets.warehouse.staging_merge import TABLE_COLUMNS, deduplicate, merge_batch
 from resources import Lakehouse, LandingZone, SparkResource
@@ -151,9 +151,9 @@ def user_events_staging(
     try:
         stat = landing.stat(batch_file(batch_id))
     except LandingFileError as error:
-        raise refusal(f"batch {batch_id}: {error}") from error
+        raise Refusal(f"batch {batch_id}: {error}") from error
     if stat is None:
-        raise refusal(f"batch {batch_id}: {batch_file(batch_id)} is not in the landing zone")
+        raise Refusal(f"batch {batch_id}: {batch_file(batch_id)} is not in the landing zone")
     parsed = parse_batch(spark.session(), landing, batch_id, [stat])
     staged = deduplicate(parsed.frame).select(*TABLE_COLUMNS).localCheckpoint()
     rows = staged.count()
@@ -200,12 +200,12 @@ def user_events(
     if not lakehouse.exists(STAGING) or not lakehouse.count(
         STAGING, where=eq("batch_id", batch_id)
     ):
-        raise refusal(f"batch {batch_id} is not staged: materialize user_events_staging first")
+        raise Refusal(f"batch {batch_id} is not staged: materialize user_events_staging first")
     # The blocking checks stop a run whose audits fail before this step; a run of this
     # asset alone audits again, so an unaudited batch is never published.
     checked = audit(lakehouse, batch_id, event_settings)
     if not (checked.keys_pass and checked.times_pass):
-        raise refusal(
+        raise Refusal(
             f"batch {batch_id} fails its audits (keys: {checked.null_keys} null, "
             f"{checked.duplicated_keys} duplicated; event times {_shown(checked.earliest)} .. "
             f"{_shown(checked.latest)}): fix the batch file and stage it again"
