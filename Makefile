@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
 
-.PHONY: setup instance demo test test-connect test-slow dev sql bench bench-cluster lint clean cluster spark-connect cluster-down
+.PHONY: setup instance demo test test-connect test-slow dev sql bench bench-cluster soak lint clean cluster spark-connect cluster-down
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -91,6 +91,14 @@ bench: setup
 	$(PY) benchmarks/run_cost.py
 	$(PY) benchmarks/sensors.py
 	$(PY) benchmarks/delta_log.py
+
+# The chaos soak: MINUTES of files landing while run processes, the long-lived Spark, the
+# code server and the daemon are SIGKILLed, then the time until every table is right
+# (benchmarks/soak.py). Run it with three seeds: make soak SEED=2.
+SEED ?= 1
+MINUTES ?= 5
+soak: setup
+	$(PY) -u benchmarks/soak.py --seed $(SEED) --minutes $(MINUTES)
 
 # Benchmarks that start a standalone cluster (and a Spark Connect server) themselves.
 bench-cluster: setup

@@ -1,0 +1,276 @@
+"""The chaos soak: the platform under load while its processes die, then the time until
+every table equals what plain Python computes from the files that landed.
+
+    .venv/bin/python benchmarks/soak.py [--seed 1] [--minutes 5] [--converge-minutes 10]
+    make soak SEED=1
+
+1. The platform as a deployment runs it, on its own instance and folders under
+   `.data/soak/seed-<seed>/`: the long-lived Spark, then a code server, the webserver and
+   the daemon, each a process the supervisor starts again when it exits
+   (demo/processes.py), every sensor ticking every 3 s as under `make demo`. The
+   lakehouse is a small file system of its own (a 2 GiB tmpfs) where this machine lets
+   the soak mount one, so its disk can be filled.
+2. For `--minutes`, files of three sources land every few seconds (benchmarks/
+   soak_load.py), and faults are injected at random moments (benchmarks/soak_faults.py):
+   12 kills of run processes, 4 of the long-lived Spark, one of the code server, the
+   daemon and the webserver, and the disk filled for 20 s. The seed decides the files,
+   the moments and the order; which run a kill hits depends on what is running then.
+3. Then the faults and files stop, and the soak measures the time until visits_daily,
+   the weekly exposition of visits, the telemetry running totals and hourly rollups and
+   user_events each hold exactly the rows computed here from the files (nothing lost,
+   nothing doubled), waits for the run queue to drain, and compares again.
+
+Nobody touches anything meanwhile: whatever heals, heals through the platform (run
+retries, run monitoring, the sensors asking again for failed work, the managed Spark).
+It prints the faults of each kind, the files landed, the runs launched, failed and
+retried, and the time to converge; exits 1 when a bound is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(PROJECT_ROOT)]
+
+import dagster as dg  # noqa: E402
+from soak_faults import CODE_SERVER, DAEMON, DISK, RUN, SPARK, WEBSERVER, Faults  # noqa: E402
+from soak_load import EventBatches, Telemetry, Visits  # noqa: E402
+
+from demo.processes import supervised_platform, wait_until_serving  # noqa: E402
+from resources import Lakehouse, SparkResource  # noqa: E402
+from resources.spark_server import long_lived_spark, server_state  # noqa: E402
+
+PLAN = {RUN: 12, SPARK: 4, CODE_SERVER: 1, DAEMON: 1, WEBSERVER: 1, DISK: 1}
+BOUNDS = {RUN: 10, SPARK: 3, CODE_SERVER: 1, DAEMON: 1}
+DISK_SIZE = "2g"
+
+
+def _instance_module():
+    spec = importlib.util.spec_from_file_location(
+        "lakehouse_instance", PROJECT_ROOT / "platform" / "instance.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def small_disk(folder: Path) -> bool:
+    """Mounts a tmpfs of DISK_SIZE at `folder`; False where this machine allows none."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(folder)],
+        capture_output=True,
+    )
+    return mounted.returncode == 0
+
+
+def unmount(folder: Path) -> None:
+    subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+class Soak:
+    def __init__(self, seed: int, base: Path, lakehouse: Lakehouse, landing: Path) -> None:
+        self.rng = random.Random(seed)
+        today = dt.date.today()
+        first_monday = today - dt.timedelta(days=today.weekday() + 35)
+        self.sources = {
+            "visits": Visits(landing, first_monday, random.Random(seed * 10 + 1)),
+            "telemetry": Telemetry(
+                landing, dt.datetime(2026, 6, 1, tzinfo=dt.UTC), random.Random(seed * 10 + 2)
+            ),
+            "events": EventBatches(landing, random.Random(seed * 10 + 3)),
+        }
+        self.lakehouse = lakehouse
+        self.landed: Counter[str] = Counter()
+        self.began = time.monotonic()
+        self.log = (base / "soak.log").open("a")
+
+    def say(self, line: str) -> None:
+        stamp = f"[{time.monotonic() - self.began:6.1f} s]"
+        print(f"{stamp} {line}", flush=True)
+
+    def land(self, until: float) -> None:
+        weights = {"visits": 0.35, "telemetry": 0.4, "events": 0.25}
+        while time.monotonic() < until:
+            source = self.rng.choices(list(weights), weights=list(weights.values()))[0]
+            self.landed[self.sources[source].land()] += 1
+            time.sleep(self.rng.uniform(2.5, 5.5))
+
+    def checks(self) -> dict[str, Callable[[], bool]]:
+        visits, telemetry, events = (
+            self.sources["visits"],
+            self.sources["telemetry"],
+            self.sources["events"],
+        )
+        lake = self.lakehouse
+        return {
+            "visits_daily": lambda: sorted(visits.daily(lake)) == sorted(visits.expected()),
+            "visits (weekly exposition)": lambda: (
+                sorted(visits.weekly(lake)) == sorted(visits.expected())
+            ),
+            "telemetry running totals": lambda: (
+                sorted(telemetry.totals(lake)) == telemetry.expected_totals()
+            ),
+            "telemetry_hourly": lambda: (
+                sorted(telemetry.hourly(lake)) == sorted(telemetry.expected_hourly())
+            ),
+            "user_events": lambda: sorted(events.stored(lake)) == sorted(events.expected()),
+        }
+
+    def correct(self) -> dict[str, bool]:
+        result = {}
+        for table, check in self.checks().items():
+            try:
+                result[table] = check()
+            except Exception as error:  # a table not there yet, or being replaced
+                result[table] = False
+                print(f"   ({table}: {type(error).__name__}: {error})", file=self.log)
+        return result
+
+
+def schedule(rng: random.Random, seconds: float) -> list[tuple[float, str]]:
+    """The moments of the planned faults, in order: spread over the load, none in its
+    first 20 s (the first runs start then) nor its last 10."""
+    moments = [
+        (rng.uniform(20, seconds - 10), kind) for kind, count in PLAN.items() for _ in range(count)
+    ]
+    return sorted(moments)
+
+
+def run_stats(instance: dg.DagsterInstance) -> dict[str, int]:
+    records = instance.get_run_records()
+    runs = [record.dagster_run for record in records]
+    return {
+        "launched": len(runs),
+        "succeeded": sum(run.status == dg.DagsterRunStatus.SUCCESS for run in runs),
+        "failed": sum(run.status == dg.DagsterRunStatus.FAILURE for run in runs),
+        "retried by run retries": sum("dagster/parent_run_id" in run.tags for run in runs),
+        "asked again by a sensor": sum("lakehouse/again_of" in run.tags for run in runs),
+        "still queued or going": sum(not run.is_finished for run in runs),
+    }
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str]) -> int:
+    # SIGTERM takes Ctrl-C's way out: the platform and the Spark are stopped, the disk
+    # unmounted.
+    signal.signal(signal.SIGTERM, _interrupted)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--minutes", type=float, default=5)
+    parser.add_argument("--converge-minutes", type=float, default=10)
+    args = parser.parse_args(argv)
+    base = PROJECT_ROOT / ".data" / "soak" / f"seed-{args.seed}"
+    lake_root, landing, home = base / "lakehouse", base / "landing", base / "dagster"
+    unmount(lake_root)
+    shutil.rmtree(base, ignore_errors=True)
+    disk = lake_root if small_disk(lake_root) else None
+    _instance_module().write_instance(home, {})
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "LAKEHOUSE_ROOT": str(lake_root),
+        "LANDING_ROOT": str(landing),
+        "SENSOR_INTERVAL_SECONDS": "3",
+    }
+    os.environ.update(env)
+    print(f"Soak of seed {args.seed}: {args.minutes:g} min of load and faults; logs in {base}")
+    if disk is None:
+        print("   (no small file system could be mounted here: the disk is not filled)")
+    try:
+        with long_lived_spark(server_state(home), env) as spark_env:
+            env.update(spark_env)
+            os.environ.update(spark_env)
+            with supervised_platform(PROJECT_ROOT, base, env) as platform:
+                wait_until_serving(platform)
+                print(f"Platform up: {platform.url} (webserver), daemon and code server")
+                return soak(args, base, platform, home, lake_root, landing, disk)
+    finally:
+        unmount(lake_root)
+
+
+def soak(args, base, platform, home, lake_root, landing, disk) -> int:
+    instance = dg.DagsterInstance.get()
+    lakehouse = Lakehouse(root=str(lake_root), spark=SparkResource())
+    state = Soak(args.seed, base, lakehouse, landing)
+    faults = Faults(platform, instance, server_state(home), disk)
+    load_seconds = args.minutes * 60
+    until = time.monotonic() + load_seconds
+    lander = threading.Thread(target=state.land, args=(until,), daemon=True)
+    lander.start()
+    last_fault = time.monotonic()
+    for moment, kind in schedule(state.rng, load_seconds):
+        while time.monotonic() < state.began + moment:
+            time.sleep(0.2)
+        while (hit := faults.inject(kind, state.rng)) is None and time.monotonic() < until:
+            time.sleep(1)  # nothing to hit now (no run started): try again
+        if hit:
+            last_fault = time.monotonic()
+            state.say(f"killed {kind}: {hit}" if kind != DISK else f"disk full: {hit}")
+    lander.join()
+    if faults.disk_filled_until > last_fault:
+        last_fault = faults.disk_filled_until
+    state.say(f"load over: {sum(state.landed.values())} files landed; waiting for the tables")
+    deadline = last_fault + args.converge_minutes * 60
+    converged = None
+    while time.monotonic() < deadline:
+        correct = state.correct()
+        if all(correct.values()):
+            converged = time.monotonic() - last_fault
+            break
+        time.sleep(5)
+    state.say(
+        "every table correct"
+        if converged is not None
+        else f"not correct in time: {', '.join(t for t, ok in correct.items() if not ok)}"
+    )
+    drained = False
+    while converged is not None and time.monotonic() < deadline + 300:
+        if not run_stats(instance)["still queued or going"]:
+            drained = True
+            break
+        time.sleep(5)
+    after_drain = state.correct()
+    print()
+    print("Faults:       " + ", ".join(f"{kind} {n}" for kind, n in faults.done.items()))
+    print("Files landed: " + ", ".join(f"{what} {n}" for what, n in sorted(state.landed.items())))
+    restarts = {p.name: p.starts - 1 for p in platform.processes}
+    print("Restarts:     " + ", ".join(f"{name} {n}" for name, n in restarts.items()))
+    print("Runs:         " + ", ".join(f"{k} {v}" for k, v in run_stats(instance).items()))
+    for table, ok in after_drain.items():
+        print(f"   {table:<28} {'equal to plain Python' if ok else 'DIFFERENT'}")
+    missed = [
+        f"{kind} kills {faults.done[kind]} < {n}"
+        for kind, n in BOUNDS.items()
+        if faults.done[kind] < n
+    ]
+    if converged is None:
+        missed.append(f"not correct within {args.converge_minutes:g} min of the last fault")
+    if not drained or not all(after_drain.values()):
+        missed.append("the queue did not drain, or a table changed after converging")
+    if converged is not None:
+        bound = args.converge_minutes * 60
+        print(f"Converged {converged:.0f} s after the last fault (bound {bound:.0f} s).")
+    print("PASS" if not missed else "FAIL: " + "; ".join(missed))
+    return 0 if not missed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,115 @@
+"""The soak's faults, each a SIGKILL or a full disk, on the supervised platform:
+
+- a run's process (a run STARTED, its worker the pid it recorded);
+- the long-lived Spark (its process group: the JVM and what it started);
+- the code server (the `dagster code-server start` process and the server process it
+  runs; the run processes it started live on, orphaned, as they would on a host);
+- the daemon, and the webserver (the supervisor starts them again);
+- the lakehouse's disk: a file takes all its free space for a while, then is removed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import dagster as dg
+import psutil
+
+from demo.processes import Platform, Supervised
+from resources.run_launcher import lives, run_worker
+from resources.spark_server import SparkServer, alive
+
+RUN, SPARK, CODE_SERVER, DAEMON, WEBSERVER, DISK = (
+    "run process",
+    "long-lived Spark",
+    "code server",
+    "daemon",
+    "webserver",
+    "disk full",
+)
+
+
+class Faults:
+    def __init__(
+        self,
+        platform: Platform,
+        instance: dg.DagsterInstance,
+        spark_state: Path,
+        disk: Path | None,
+    ) -> None:
+        self.platform, self.instance = platform, instance
+        self.spark = SparkServer(spark_state)
+        self.disk = disk
+        self.done: Counter[str] = Counter()
+        self._filler: Path | None = None
+        self.disk_filled_until = 0.0
+        """time.monotonic() when the disk is freed again."""
+
+    def inject(self, kind: str, rng) -> str | None:
+        """Injects one fault of `kind`; what it hit, or None when there was nothing to hit
+        (no run started, Spark already down)."""
+        hit = {
+            RUN: lambda: self._kill_run(rng),
+            SPARK: self._kill_spark,
+            CODE_SERVER: lambda: self._kill_supervised(self.platform.code_server),
+            DAEMON: lambda: self._kill_supervised(self.platform.daemon),
+            WEBSERVER: lambda: self._kill_supervised(self.platform.webserver),
+            DISK: self._fill_disk,
+        }[kind]()
+        if hit is not None:
+            self.done[kind] += 1
+        return hit
+
+    def _kill_run(self, rng) -> str | None:
+        runs = self.instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+        living = []
+        for run in runs:
+            worker = run_worker(self.instance, run.run_id)
+            if worker and lives(worker[0], before=worker[1]):
+                living.append((run, worker[0]))
+        if not living:
+            return None
+        run, pid = rng.choice(sorted(living, key=lambda r: r[0].run_id))
+        os.kill(pid, signal.SIGKILL)
+        return f"{run.job_name} {run.tags.get('dagster/partition', '')} (pid {pid})".strip()
+
+    def _kill_spark(self) -> str | None:
+        described = self.spark.description()
+        if described is None or not alive(described.pid):
+            return None
+        os.killpg(described.pid, signal.SIGKILL)
+        return f"pid {described.pid}"
+
+    def _kill_supervised(self, process: Supervised) -> str | None:
+        pid = process.pid
+        if pid is None:
+            return None
+        # The code server's own server process (`dagster api grpc`), not the runs it started.
+        servers = [
+            child.pid
+            for child in psutil.Process(pid).children()
+            if "grpc" in " ".join(child.cmdline())
+        ]
+        for each in [pid, *servers]:
+            os.kill(each, signal.SIGKILL)
+        return f"pid {pid}" + (f" and its server {servers}" if servers else "")
+
+    def _fill_disk(self, seconds: float = 20.0) -> str | None:
+        if self.disk is None:
+            return None
+        self._filler = self.disk / ".soak-disk-filler"
+        free = os.statvfs(self.disk).f_bavail * os.statvfs(self.disk).f_frsize
+        with self._filler.open("wb") as out:
+            os.posix_fallocate(out.fileno(), 0, free)
+        self.disk_filled_until = time.monotonic() + seconds
+        threading.Timer(seconds, self.free_disk).start()
+        return f"{free / 2**20:.0f} MiB taken for {seconds:.0f} s"
+
+    def free_disk(self) -> None:
+        if self._filler is not None:
+            self._filler.unlink(missing_ok=True)
