@@ -49,6 +49,7 @@ sys.path[:0] = [str(PROJECT_ROOT)]
 import dagster as dg  # noqa: E402
 from soak_faults import CODE_SERVER, DAEMON, DISK, RUN, SPARK, WEBSERVER, Faults  # noqa: E402
 from soak_load import EventBatches, Telemetry, Visits  # noqa: E402
+from soak_ui import screenshots  # noqa: E402
 
 from demo.processes import supervised_platform, wait_until_serving  # noqa: E402
 from resources import Lakehouse, SparkResource  # noqa: E402
@@ -268,6 +269,9 @@ def soak(args, base, platform, home, lake_root, landing, disk) -> int:
     if converged is not None:
         bound = args.converge_minutes * 60
         print(f"Converged {converged:.0f} s after the last fault (bound {bound:.0f} s).")
+    shots = screenshots(platform.url, instance, base / "ui")
+    if shots:
+        print(f"The UI after the soak: {len(shots)} screenshots in {base / 'ui'}")
     print("PASS" if not missed else "FAIL: " + "; ".join(missed))
     return 0 if not missed else 1
 

@@ -76,7 +76,11 @@ class Faults:
             return None
         run, pid = rng.choice(sorted(living, key=lambda r: r[0].run_id))
         os.kill(pid, signal.SIGKILL)
-        return f"{run.job_name} {run.tags.get('dagster/partition', '')} (pid {pid})".strip()
+        tags = run.tags
+        first = tags.get("dagster/asset_partition_range_start")
+        last = tags.get("dagster/asset_partition_range_end")
+        span = f"{first}..{last}" if first != last else first
+        return f"{run.job_name} {tags.get('dagster/partition') or span or ''} (pid {pid})"
 
     def _kill_spark(self) -> str | None:
         described = self.spark.description()
