@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import threading
@@ -107,9 +108,16 @@ class Faults:
         if self.disk is None:
             return None
         self._filler = self.disk / ".soak-disk-filler"
-        free = os.statvfs(self.disk).f_bavail * os.statvfs(self.disk).f_frsize
+        free, chunk = 0, 64 * 2**20
         with self._filler.open("wb") as out:
-            os.posix_fallocate(out.fileno(), 0, free)
+            while chunk >= 2**16:  # until not even 64 KiB more fits
+                try:
+                    os.posix_fallocate(out.fileno(), free, chunk)
+                    free += chunk
+                except OSError as error:
+                    if error.errno != errno.ENOSPC:
+                        raise
+                    chunk //= 2
         self.disk_filled_until = time.monotonic() + seconds
         threading.Timer(seconds, self.free_disk).start()
         return f"{free / 2**20:.0f} MiB taken for {seconds:.0f} s"
