@@ -65,7 +65,7 @@ def run_worker(instance: dg.DagsterInstance, run_id: str) -> tuple[int, float] |
             continue
         pid = event.engine_event_data.metadata.get("pid")
         if pid is not None:
-            return int(pid.value), entry.timestamp
+            return int(str(pid.value)), entry.timestamp
     return None
 
 
