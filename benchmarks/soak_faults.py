@@ -57,7 +57,7 @@ class Faults:
         hit = {
             RUN: lambda: self._kill_run(rng),
             SPARK: self._kill_spark,
-            CODE_SERVER: lambda: self._kill_supervised(self.platform.code_server),
+            CODE_SERVER: lambda: self._kill_supervised(self.platform.code_server, server=True),
             DAEMON: lambda: self._kill_supervised(self.platform.daemon),
             WEBSERVER: lambda: self._kill_supervised(self.platform.webserver),
             DISK: self._fill_disk,
@@ -90,14 +90,15 @@ class Faults:
         os.killpg(described.pid, signal.SIGKILL)
         return f"pid {described.pid}"
 
-    def _kill_supervised(self, process: Supervised) -> str | None:
+    def _kill_supervised(self, process: Supervised, *, server: bool = False) -> str | None:
+        """SIGKILLs `process`; with `server`, also the server process it runs (a code
+        server's `dagster api grpc`), not the runs that server started."""
         pid = process.pid
         if pid is None:
             return None
-        # The code server's own server process (`dagster api grpc`), not the runs it started.
         servers = [
             child.pid
-            for child in psutil.Process(pid).children()
+            for child in (psutil.Process(pid).children() if server else [])
             if "grpc" in " ".join(child.cmdline())
         ]
         for each in [pid, *servers]:

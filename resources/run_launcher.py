@@ -13,6 +13,12 @@ marks a run whose worker is gone failed, and run retries re-execute it.
 The pid means something only on the host that runs the code server, which is where
 DefaultRunLauncher's runs are: a deployment whose daemon is on another host uses a
 launcher of its platform (Kubernetes, ECS, Docker), which checks its own workers.
+
+A configured run launcher is Dagster's extension point for this, and the two types its
+health check answers with are not exported by `dagster` itself: they are imported from
+`dagster._core.launcher`, as Dagster's own launchers (dagster-k8s, dagster-docker,
+dagster-celery-k8s) import them. pyproject pins Dagster to 1.13.x, and
+tests/faults/test_run_monitoring.py fails if they move.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ upstream materializations reported to it as runs would."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,12 +40,13 @@ class Automation:
     ):
         self.defs, self.instance, self.selection, self.cursor = defs, instance, selection, None
 
-    def tick(self) -> dg.EvaluateAutomationConditionsResult:
+    def tick(self, at: dt.datetime | None = None) -> dg.EvaluateAutomationConditionsResult:
         result = dg.evaluate_automation_conditions(
             defs=self.defs,
             instance=self.instance,
             asset_selection=self.selection,
             cursor=self.cursor,
+            evaluation_time=at,
         )
         self.cursor = result.cursor
         return result
@@ -91,7 +93,7 @@ def test_days_of_visits_built_before_automation_watched_get_their_sessions_once(
         "2024-03-04",
         "2024-03-06",
     }
-    # Asked for once: a build that failed leaves them missing, and no tick asks again.
+    # Asked for once: no tick asks again while nothing changed and no build failed.
     assert automation.tick().total_requested == 0
 
 
@@ -142,10 +144,13 @@ def test_one_sensor_evaluates_the_conditions_from_the_start(defs):
 DAYS = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 DAY = "2024-03-04"
 HELD: dict[str, tuple[threading.Event, threading.Event]] = {}
+FAILING: set[str] = set()
 
 
 def _held(context: dg.AssetExecutionContext) -> None:
-    """Runs until the test lets it finish, if the test holds it."""
+    """Runs until the test lets it finish, if the test holds it; fails, if it fails it."""
+    if context.asset_key.to_user_string() in FAILING:
+        raise ConnectionError("the long-lived Spark went away")
     running, release = HELD.get(context.asset_key.to_user_string(), (None, None))
     if running is not None:
         running.set()
@@ -173,6 +178,7 @@ def stand_ins() -> Iterator[Automation]:
         automation.tick()
         yield automation
     HELD.clear()
+    FAILING.clear()
 
 
 @contextmanager
@@ -219,3 +225,38 @@ def test_a_day_built_together_with_its_upstream_is_built_once_more(stand_ins):
     assert dg.materialize([upstream, downstream], instance=stand_ins.instance, partition_key=DAY)
     assert stand_ins.tick().get_requested_partitions(downstream.key) == {DAY}
     assert stand_ins.tick().total_requested == 0
+
+
+def test_a_day_whose_build_failed_is_asked_for_again_every_five_minutes_until_it_lands(
+    stand_ins,
+):
+    """A build that failed on something transient, after the daemon's run retries: the
+    day is not left stale until its upstream changes again, or a person acts."""
+    now = dt.datetime.now(dt.UTC)
+    # Half a minute after the next 5-minute tick: the ticks below go forward in time.
+    at = now.replace(minute=now.minute // 5 * 5, second=30, microsecond=0) + dt.timedelta(minutes=5)
+    stand_ins.materialized("upstream", DAY)
+    assert stand_ins.tick(at).get_requested_partitions(downstream.key) == {DAY}
+    FAILING.add("downstream")
+    result = dg.materialize(
+        [downstream], instance=stand_ins.instance, partition_key=DAY, raise_on_error=False
+    )
+    assert not result.success
+    # Not at once (the daemon's run retries come first), but at the next 5-minute tick.
+    assert stand_ins.tick(at + dt.timedelta(minutes=2)).total_requested == 0
+    again = stand_ins.tick(at + dt.timedelta(minutes=5))
+    assert again.get_requested_partitions(downstream.key) == {DAY}
+    assert stand_ins.tick(at + dt.timedelta(minutes=6)).total_requested == 0
+    # Still failing: asked again at the next tick; once it lands, no more.
+    assert (
+        dg.materialize(
+            [downstream], instance=stand_ins.instance, partition_key=DAY, raise_on_error=False
+        ).success
+        is False
+    )
+    assert stand_ins.tick(at + dt.timedelta(minutes=10)).get_requested_partitions(
+        downstream.key
+    ) == {DAY}
+    FAILING.clear()
+    assert dg.materialize([downstream], instance=stand_ins.instance, partition_key=DAY)
+    assert stand_ins.tick(at + dt.timedelta(minutes=15)).total_requested == 0
