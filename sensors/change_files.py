@@ -17,7 +17,10 @@ predecessor is materialized (or it has none: the first day with a file), and req
 and every later day up to a gap as one run, which merges them in order (the asset's
 single-run backfill policy; one Spark session for a backlog of days). Its run key names
 the range, its files' digest and the predecessor's materialization, so each rebuild of
-the chain runs once.
+the chain runs once. A run that failed on something other than its data is asked for
+again, as the same range, with backoff, until it lands (`sensors/requested_again.py`):
+each day is merged once (a merged day is skipped, a catalog day is built on exactly its
+predecessor), so the days a failed run did merge are not merged twice.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from assets.partition_range import existing_keys, run_partitions, stretches
 from assets.updates import device_catalog, device_catalog_job, devices, devices_job
 from resources import Lakehouse, LandingZone
 from resources.landing import Fingerprint, sources_digest
-from sensors import file_state
+from sensors import file_state, requested_again
 from sensors.cadence import file_sensor
 
 
@@ -271,7 +274,10 @@ def change_files(
             requests += devices_requests(source, states)
         else:
             requests += catalog_request(source, states)
+    again = requested_again.due(context, change_files.name)
     return dg.SensorResult(
-        run_requests=requests,
-        cursor=scan.cursor(lakehouse, leave_out=left_out, labels=labels, extra={"after": after}),
+        run_requests=requests + again.requests,
+        cursor=scan.cursor(
+            lakehouse, leave_out=left_out, labels=labels, extra={"after": after, **again.cursor}
+        ),
     )

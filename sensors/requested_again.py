@@ -12,8 +12,8 @@ failed run, under a run key of its own and `ATTEMPT_TAG`, after a backoff that d
 with each attempt (`FIRST_BACKOFF` seconds, at most `LONGEST_BACKOFF`). A run of the
 same partition created after the failed one (a new file, a re-execution from the UI, the
 daemon's retry) takes its place. The work is asked for of the same job and partitions
-(a range run's range too), so it suits work that any run may redo in any order, as the
-platform's idempotent writes are; not the in-order days of the updates patterns."""
+(a range run's range too, and the job's tags: an updates pattern's days stay in order),
+so it suits work that a run may redo, as the platform's idempotent writes are."""
 
 from __future__ import annotations
 

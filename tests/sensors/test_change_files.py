@@ -15,7 +15,8 @@ import yaml
 from support import partition_range, sensor_resources
 
 from assets.updates import IN_ORDER, device_catalog, device_catalog_job, devices, devices_job
-from sensors import change_files, file_state
+from resources import Lakehouse
+from sensors import change_files, file_state, requested_again
 
 DAY1, DAY2, DAY3 = (dt.date(2024, 5, d) for d in (1, 2, 3))
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -231,3 +232,49 @@ def test_a_gap_in_catalog_days_stops_the_chain(instance, landing, land):
     land("device_catalog", DAY1, catalog_rows(1))
     land("device_catalog", DAY3, catalog_rows(2))
     assert catalog_range(tick(instance, landing)) == ("2024-05-01", "2024-05-01", "new-partition")
+
+
+def test_a_range_whose_run_failed_on_something_else_than_its_data_is_asked_for_again(
+    resources, instance, landing, land, tmp_path, monkeypatch
+):
+    """The run key names the files and what they replace, so the range's own key would
+    never launch again: the range is asked for again, as that range, in order."""
+    monkeypatch.setattr(requested_again, "FIRST_BACKOFF", 0.0)  # no minute's wait here
+    land("devices_cdc", DAY1, cdc("phone;Pixel;1"))
+    land("devices_cdc", DAY2, cdc("phone;Pixel 2;2"))
+    first = tick(instance, landing)
+    (tmp_path / "blocked").write_text("a file where the lakehouse's folder should be")
+    broken = Lakehouse(root=str(tmp_path / "blocked" / "lake"), engine="delta-rs")
+
+    def run(lakehouse: Lakehouse, tags: dict[str, str]) -> dg.ExecuteInProcessResult:
+        return (
+            dg.Definitions(
+                assets=[devices],
+                jobs=[devices_job],
+                resources={**resources, "lakehouse": lakehouse},
+            )
+            .resolve_job_def(devices_job.name)
+            .execute_in_process(
+                instance=instance,
+                tags={"dagster/sensor_name": change_files.name, **tags},
+                raise_on_error=False,
+            )
+        )
+
+    (request,) = first.run_requests
+    failed = run(broken, request.tags)
+    assert not failed.success
+    second = tick(instance, landing, first.cursor)
+    (again,) = [r for r in second.run_requests if r.run_key == f"again:{failed.run_id}"]
+    assert (again.job_name, again.partition_key_range) == (
+        devices_job.name,
+        dg.PartitionKeyRange(DAY1.isoformat(), DAY2.isoformat()),
+    )
+    assert again.tags == {
+        **request.tags,  # its range and trigger
+        IN_ORDER: "devices",  # the job's: one run at a time, in order
+        requested_again.ATTEMPT_TAG: "1",
+        requested_again.AGAIN_OF_TAG: failed.run_id,
+    }
+    assert run(resources["lakehouse"], again.tags).success
+    assert tick(instance, landing, second.cursor).run_requests == []
