@@ -11,11 +11,16 @@ the directories ever loaded.
 `stuck_enriched_runs` takes up a run left in NEW or PROCESSED (a crash, a failed load)
 for longer than `stuck_after_minutes` with no Dagster run in progress for it: it requests
 `enriched_run_job` again, whose steps recover (see `assets/warehouse/manifest/shredder.py`).
-The run key names the state and when the run entered it, so each stuck state is retried
-once by the sensor; a second failure waits for a person.
+The run key names the state and when the run entered it, so each stuck state is requested
+once by the sensor.
+
+The runs either sensor requested that failed on something other than their data are
+asked for again, with backoff, until they land (`sensors/requested_again.py`); a run
+refused for a bad line (its file and line in the failure) stays failed.
 """
 
 import datetime as dt
+import json
 
 import dagster as dg
 
@@ -24,7 +29,7 @@ from assets.warehouse.manifest import load_manifest as manifest
 from assets.warehouse.manifest.enriched import ENRICHED_FOLDER, SUCCESS, run_id_of
 from assets.warehouse.manifest.pipeline import ENRICHED_RUNS
 from resources import Lakehouse, LandingZone
-from sensors import file_state
+from sensors import file_state, requested_again
 from sensors.cadence import file_sensor
 
 IN_PROGRESS = [
@@ -64,13 +69,15 @@ def enriched_run_directories(
             f"not run directories (the layout is {ENRICHED_FOLDER}/run=YYYY-MM-DD-HH-MM-SS/"
             f"{SUCCESS}): " + ", ".join(misplaced[:MAX_LOGGED])
         )
+    again = requested_again.due(context, enriched_run_directories.name)
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=f"enriched:{r}", partition_key=r) for r in new],
+        run_requests=[dg.RunRequest(run_key=f"enriched:{r}", partition_key=r) for r in new]
+        + again.requests,
         # The directories new to the state: reading every registered key instead grows
         # with the runs ever loaded (and the daemon skips any key already added).
         dynamic_partitions_requests=[enriched_runs.build_add_request(new)] if new else [],
         # Off the layout: not remembered, named again while they are there.
-        cursor=scan.cursor(lakehouse, leave_out=misplaced),
+        cursor=scan.cursor(lakehouse, leave_out=misplaced, extra=again.cursor),
     )
 
 
@@ -91,7 +98,8 @@ def _in_progress(instance: dg.DagsterInstance, run_id: str) -> bool:
     minimum_interval_seconds=300,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Requests `enriched_run_job` again, once per stuck state, for load-manifest runs "
-    "left in NEW or PROCESSED longer than stuck_after_minutes with no run in progress.",
+    "left in NEW or PROCESSED longer than stuck_after_minutes with no run in progress; a "
+    "recovery that failed on something other than its data is asked for again, with backoff.",
 )
 def stuck_enriched_runs(
     context: dg.SensorEvaluationContext, lakehouse: Lakehouse, manifest_settings: ManifestSettings
@@ -118,9 +126,11 @@ def stuck_enriched_runs(
         for key in (r.partition_key for r in requests)
         if key is not None and not context.instance.has_dynamic_partition(ENRICHED_RUNS, key)
     )
+    again = requested_again.due(context, stuck_enriched_runs.name)
     return dg.SensorResult(
-        run_requests=requests,
+        run_requests=requests + again.requests,
         dynamic_partitions_requests=(
             [enriched_runs.build_add_request(unregistered)] if unregistered else []
         ),
+        cursor=json.dumps(again.cursor),
     )

@@ -18,6 +18,7 @@ from ticks import evaluate_tick
 
 from assets.warehouse import (
     ManifestSettings,
+    enriched_run_job,
     enriched_runs,
     shredded_events,
     skip_enriched_run,
@@ -29,6 +30,7 @@ from assets.warehouse.manifest.loader import DEFAULT_EVENT_TABLES, load, warehou
 from assets.warehouse.manifest.shredder import shred, stage_path, stage_table
 from resources import Lakehouse
 from resources.lakehouse.predicates import eq
+from sensors import requested_again
 from sensors.enriched_runs import enriched_run_directories, stuck_enriched_runs
 
 RUN_A, RUN_B = "2024-05-01-10-00-00", "2024-05-01-11-00-00"
@@ -352,6 +354,56 @@ def test_stuck_runs_are_requested_again_once_per_state(lakehouse, instance):
     assert [r.partition_key for r in requests] == [RUN_A, "2024-05-01-12-00-00"]
     since = state(lakehouse, RUN_A).state_since.isoformat()
     assert requests[0].run_key == f"recover:{RUN_A}:NEW:{since}"
+
+
+def test_runs_of_either_sensor_that_failed_on_something_else_are_asked_for_again(
+    resources, instance, landing, lakehouse, write_run, tmp_path, monkeypatch
+):
+    """A load or a recovery that failed on something other than its data is asked for
+    again by the sensor that asked for it (the recovery's key names the stuck state,
+    which a failed run leaves as it was); one refused for its data is not."""
+    monkeypatch.setattr(requested_again, "FIRST_BACKOFF", 0.0)  # no minute's wait here
+    write_run(RUN_A, {"a.json": [page_view("p1")]})
+    write_run(RUN_B, {"a.json": [page_view("p2", "/a"), page_view("p2", "/b")]})
+    instance.add_dynamic_partitions(enriched_runs.name, [RUN_A, RUN_B])
+    (tmp_path / "blocked").write_text("a file where the lakehouse's folder should be")
+    broken = Lakehouse(root=str(tmp_path / "blocked" / "lake"), engine="delta-rs")
+    sensors = {"landing": landing, "lakehouse": lakehouse}
+    stuck = {"lakehouse": lakehouse, "manifest_settings": ManifestSettings()}
+    cursors = {
+        sensor.name: evaluate_tick(sensor, instance, None, given).cursor
+        for sensor, given in ((enriched_run_directories, sensors), (stuck_enriched_runs, stuck))
+    }
+
+    def run(run_id: str, lake: Lakehouse, sensor: dg.SensorDefinition) -> str:
+        result = (
+            dg.Definitions(
+                assets=[shredded_events, warehouse_events],
+                jobs=[enriched_run_job],
+                resources={**resources, "lakehouse": lake, "manifest_settings": ManifestSettings()},
+            )
+            .resolve_job_def(enriched_run_job.name)
+            .execute_in_process(
+                instance=instance,
+                partition_key=run_id,
+                tags={"dagster/sensor_name": sensor.name},
+                raise_on_error=False,
+            )
+        )
+        assert not result.success
+        return result.run_id
+
+    def again(sensor: dg.SensorDefinition, given: dict) -> list[tuple[str | None, str | None]]:
+        result = evaluate_tick(sensor, instance, cursors[sensor.name], given)
+        return [(r.run_key, r.partition_key) for r in result.run_requests]
+
+    loaded = run(RUN_A, broken, enriched_run_directories)
+    assert again(enriched_run_directories, sensors) == [(f"again:{loaded}", RUN_A)]
+    recovered = run(RUN_A, broken, stuck_enriched_runs)
+    run(RUN_B, lakehouse, stuck_enriched_runs)  # refused: one event, two contents
+    assert again(stuck_enriched_runs, stuck) == [(f"again:{recovered}", RUN_A)]
+    # The recovery's run is newer than the load that failed: it takes that one's place.
+    assert again(enriched_run_directories, sensors) == []
 
 
 STATE_AFTER_KILL = {
