@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
 
-.PHONY: setup instance demo test test-connect test-slow dev sql bench bench-cluster soak lint clean cluster spark-connect cluster-down
+.PHONY: setup instance demo test test-connect test-slow dev sql bench bench-cluster soak lint clean cluster spark-connect cluster-down stack stack-down
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -113,6 +113,15 @@ cluster: setup
 # one is up, else local.
 spark-connect: setup
 	$(PY) platform/spark_cluster.py connect
+
+# The production profile on 127.0.0.1: an object store (s3proxy), Postgres, a Spark
+# cluster with the long-lived Spark on it, and Dagster's webserver and daemon as separate
+# processes (platform/stack.py). In the foreground; `make stack-down` stops it.
+stack: setup
+	$(PY) -u platform/stack.py up
+
+stack-down:
+	$(PY) platform/stack.py down
 
 cluster-down:
 	$(PY) platform/spark_cluster.py down

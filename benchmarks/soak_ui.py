@@ -61,12 +61,12 @@ def screenshots(url: str, instance: dg.DagsterInstance, folder: Path) -> list[Pa
         page.set_default_timeout(60_000)
         for name, path in pages(instance).items():
             page.goto(url + path)
-            # A first visit asks to join the community: the dialog hides the page.
-            with contextlib.suppress(PlaywrightTimeout):
-                skip = page.get_by_role("button", name="Skip")
-                skip.wait_for(timeout=3000)
-                skip.click()
             page.wait_for_timeout(4000)
+            # A first visit asks to join the community, once the page has loaded (seconds,
+            # on a platform just out of the soak): the dialog hides the page.
+            with contextlib.suppress(PlaywrightTimeout):
+                page.get_by_role("button", name="Skip").click(timeout=3000)
+                page.wait_for_timeout(1000)
             taken.append(folder / f"{name}.png")
             page.screenshot(path=str(taken[-1]))
         browser.close()

@@ -4,23 +4,21 @@ of the `pgserver` wheel), a Spark standalone cluster, a Spark Connect server."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import pwd
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import boto3
 import psycopg2
+
+from demo.servers import postgres, stop, wait_for_port
 
 CLUSTER_SCRIPT = Path(__file__).resolve().parent.parent / "platform" / "spark_cluster.py"
 ACCESS_KEY = "testing"
@@ -32,29 +30,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for_port(port: int, process: subprocess.Popen, *, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server process {process.pid} exited with {process.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @contextmanager
@@ -92,62 +67,15 @@ def create_bucket(endpoint: str, bucket: str) -> None:
     client.create_bucket(Bucket=bucket)
 
 
-def _postgres_bin() -> Path:
-    """PostgreSQL's own binaries, shipped in the `pgserver` wheel (its Python module,
-    which would create system users and change folder modes when run as root, is not
-    used)."""
-    spec = importlib.util.find_spec("pgserver")
-    assert spec is not None and spec.submodule_search_locations, "pgserver is not installed"
-    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
-
-
 @contextmanager
 def postgres_server() -> Iterator[str]:
-    """A PostgreSQL server on a free loopback port, its data in a fresh folder (trust
-    authentication, TCP only); yields its URL. PostgreSQL refuses to run as root, so as
-    root the server runs as `nobody`, in a folder `nobody` owns."""
-    binaries = _postgres_bin()
+    """A PostgreSQL server on a free loopback port, its data in a fresh folder that goes
+    with it (`demo/servers.py`); yields its URL."""
     data = Path(tempfile.mkdtemp(prefix="postgres-"))
-    as_user: dict[str, int] = {}
-    if os.geteuid() == 0:
-        nobody = pwd.getpwnam("nobody")
-        os.chown(data, nobody.pw_uid, nobody.pw_gid)
-        as_user = {"user": nobody.pw_uid, "group": nobody.pw_gid}
-        # `nobody` may not reach the project's folder (a clone under a 0700 directory):
-        # its own copy of the wheel's PostgreSQL, inside the folder it owns, laid out as
-        # in site-packages (the binaries find their libraries at ../../../pgserver.libs).
-        site = binaries.parents[2]
-        shutil.copytree(site / "pgserver.libs", data / "pgserver.libs")
-        binaries = Path(shutil.copytree(binaries.parent, data / "pgserver" / "pginstall")) / "bin"
-    process = None
     try:
-        subprocess.run(
-            [binaries / "initdb", "-D", data / "db", "-U", "postgres", "--auth=trust"],
-            check=True,
-            capture_output=True,
-            cwd=data,
-            **as_user,
-        )
-        port = free_port()
-        log = (data / "server.log").open("w")
-        process = subprocess.Popen(
-            [binaries / "postgres", "-D", data / "db", "-h", "127.0.0.1", "-p", str(port)]
-            + ["-c", "unix_socket_directories=", "-c", "fsync=off"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=data,
-            **as_user,
-        )
-        wait_for_port(port, process)
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        with postgres(data, free_port(), settings={"fsync": "off"}) as url:
+            yield url
     finally:
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGINT)  # PostgreSQL's fast shutdown
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
         shutil.rmtree(data, ignore_errors=True)
 
 
