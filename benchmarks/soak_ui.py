@@ -2,7 +2,7 @@
 taken in Debian's headless Chromium (Playwright never downloads a browser here), into
 `.data/soak/seed-<seed>/ui/`. The pages: the failed runs, a run whose process was killed,
 the retry of one and the run a sensor asked for again, the assets' partitions, and the
-file sensors' tick history."""
+ticks of two file sensors that failed (the code server was down) before they resumed."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def pages(instance: dg.DagsterInstance) -> dict[str, str]:
         "visits_daily-partitions": "/assets/visits_daily?view=partitions",
         "visits_weekly-partitions": "/assets/visits_weekly?view=partitions",
         "user_events": "/assets/user_events",
-        "telemetry_files-ticks": "/locations/lakehouse/sensors/telemetry_files",
-        "event_batch_files-ticks": "/locations/lakehouse/sensors/event_batch_files",
+        "telemetry_files-failed-ticks": "/locations/lakehouse/sensors/telemetry_files",
+        "event_batch_files-failed-ticks": "/locations/lakehouse/sensors/event_batch_files",
     }
     retried = _first(instance, "dagster/parent_run_id")
     if retried is not None:
@@ -67,6 +67,11 @@ def screenshots(url: str, instance: dg.DagsterInstance, folder: Path) -> list[Pa
             with contextlib.suppress(PlaywrightTimeout):
                 page.get_by_role("button", name="Skip").click(timeout=3000)
                 page.wait_for_timeout(1000)
+            if name.endswith("-failed-ticks"):
+                # The ticks that failed while the code server was down, and what they said.
+                page.get_by_text("All ticks").first.click()
+                page.get_by_text("Failed", exact=True).last.click()
+                page.wait_for_timeout(3000)
             taken.append(folder / f"{name}.png")
             page.screenshot(path=str(taken[-1]))
         browser.close()

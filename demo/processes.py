@@ -139,7 +139,9 @@ def supervised_platform(
     finally:
         platform.stopping.set()
         supervisor.join()
-        for process in platform.processes:
+        # The daemon first, the code server last: a tick or a run launched while stopping
+        # still finds the code server, instead of failing with it unreachable.
+        for process in reversed(platform.processes):
             _stop(process)
 
 
