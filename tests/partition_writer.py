@@ -10,10 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
-import servers
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pyarrow as pa  # noqa: E402
+import servers  # noqa: E402
 
 from resources import Lakehouse, SparkResource  # noqa: E402
 from resources.lakehouse.predicates import eq  # noqa: E402
