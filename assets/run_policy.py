@@ -13,7 +13,7 @@ per value)."""
 NO_RETRY_ON_REFUSAL = {"dagster/retry_on_asset_or_op_failure": "false"}
 """For jobs whose step failures are refusals (bad input, a configuration naming nothing
 restorable): they fail the same way every time, so the instance's run retries are kept
-for runs whose process died (run monitoring), not spent on step failures."""
+for runs whose process died (`dead_runs`), not spent on step failures."""
 
 REFUSED = "refused"
 """The metadata key that marks a step failure as the data's own (`Refusal`)."""

@@ -21,7 +21,7 @@ every table equals what plain Python computes from the files that landed.
    nothing doubled), waits for the run queue to drain, and compares again.
 
 Nobody touches anything meanwhile: whatever heals, heals through the platform (run
-retries, run monitoring, the sensors asking again for failed work, the managed Spark).
+retries, `dead_runs`, the sensors asking again for failed work, the managed Spark).
 It prints the faults of each kind, the files landed, the runs launched, failed and
 retried, and the time to converge; exits 1 when a bound is missed.
 """

@@ -22,8 +22,8 @@ import dagster as dg
 import psutil
 
 from demo.processes import Platform, Supervised
-from resources.run_launcher import lives, run_worker
 from resources.spark_server import SparkServer, alive
+from sensors.dead_runs import run_worker
 
 RUN, SPARK, CODE_SERVER, DAEMON, WEBSERVER, DISK = (
     "run process",
@@ -67,12 +67,12 @@ class Faults:
         return hit
 
     def _kill_run(self, rng) -> str | None:
-        runs = self.instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+        started = dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])
         living = []
-        for run in runs:
-            worker = run_worker(self.instance, run.run_id)
-            if worker and lives(worker[0], before=worker[1]):
-                living.append((run, worker[0]))
+        for record in self.instance.get_run_records(started):
+            worker = run_worker(self.instance, record)
+            if worker and worker.lives():
+                living.append((record.dagster_run, worker.pid))
         if not living:
             return None
         run, pid = rng.choice(sorted(living, key=lambda r: r[0].run_id))

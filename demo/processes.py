@@ -114,7 +114,7 @@ def supervised_platform(
         ),
         daemon=Supervised(
             "daemon",
-            [sys.executable, "-m", "dagster._daemon", "run", "-w", str(workspace)],
+            [str(Path(sys.executable).with_name("dagster-daemon")), "run", "-w", str(workspace)],
             logs / "daemon.log",
         ),
         url=f"http://{HOST}:{web_port}",

@@ -1,6 +1,7 @@
-"""Sensors: file-arrival and late-data sensors. None of them starts Spark."""
+"""Sensors: file-arrival and late-data sensors, and `dead_runs`. None of them starts Spark."""
 
 from sensors.change_files import change_files
+from sensors.dead_runs import dead_runs
 from sensors.enriched_runs import enriched_run_directories, stuck_enriched_runs
 from sensors.event_batches import event_batch_files
 from sensors.telemetry_files import telemetry_files
@@ -13,10 +14,12 @@ sensors = [
     event_batch_files,
     enriched_run_directories,
     stuck_enriched_runs,
+    dead_runs,
 ]
 
 __all__ = [
     "change_files",
+    "dead_runs",
     "enriched_run_directories",
     "event_batch_files",
     "stuck_enriched_runs",
