@@ -8,7 +8,9 @@
    `--repeats` of each.
 2. `--days` small days (3 visits each) of visits_daily in one range run, against a
    one-day run of the same kind (both attached; the median of `--repeats` range runs,
-   each on a deployment of its own); the same for payments (3 payments a
+   each on a deployment of its own); the one-day and range runs once more on a Dagster
+   instance in Postgres (as the production profile's), without and with
+   DAGSTER_EVENT_BATCH_SIZE=1000; the same for payments (3 payments a
    day), and for user_sessions over those visits (its last day alone, then the others in
    one range run).
 3. The latency from a visits file landing to its day committed, under the daemon of
@@ -42,6 +44,7 @@ sys.path.insert(0, str(PROJECT_ROOT))
 import dagster as dg  # noqa: E402
 
 from demo.dagster_dev import Dagster, free_port, serves, wait_for_daemon  # noqa: E402
+from demo.servers import create_databases, postgres  # noqa: E402
 from resources import Lakehouse, SparkResource  # noqa: E402
 from resources.spark_server import long_lived_spark  # noqa: E402
 
@@ -85,26 +88,33 @@ def write_payments(landing: Path, day: dt.date, payments: int) -> None:
     write_jsonl(landing, "payments", day, "batch.jsonl", rows)
 
 
-def write_instance(home: Path) -> None:
-    """The instance configuration `make setup` writes, in `home`."""
+def write_instance(home: Path, env: dict[str, str]) -> None:
+    """The instance configuration `make setup` writes, in `home` (on Postgres when `env`
+    names DAGSTER_POSTGRES_URL)."""
     subprocess.run(
         [sys.executable, str(PROJECT_ROOT / "platform" / "instance.py"), str(home)],
         check=True,
         capture_output=True,
+        env={**os.environ, **env},
     )
 
 
-def deployment(work: Path, landing: Path, spark: dict[str, str]) -> dict[str, str]:
+def deployment(
+    work: Path, landing: Path, spark: dict[str, str], instance: dict[str, str] | None = None
+) -> dict[str, str]:
     """The environment of a fresh lakehouse and Dagster home in `work` reading `landing`,
-    with the Spark variables `spark` (none: a local Spark in each run)."""
+    with the Spark variables `spark` (none: a local Spark in each run) and the instance's
+    variables `instance` (none: SQLite storage)."""
     home = work / "dagster"
-    write_instance(home)
-    with dg.DagsterInstance.from_config(str(home)):
-        pass  # the instance's storage, created before any run
+    write_instance(home, instance or {})
+    if not instance:
+        with dg.DagsterInstance.from_config(str(home)):
+            pass  # the instance's storage, created before any run
     env = {key: value for key, value in os.environ.items() if key not in SPARK_VARIABLES}
     return {
         **env,
         **spark,
+        **(instance or {}),
         "DAGSTER_HOME": str(home),
         "LAKEHOUSE_ROOT": str(work / "lakehouse"),
         "LANDING_ROOT": str(landing),
@@ -218,7 +228,7 @@ def landing_latency(work: Path, spark: dict[str, str], *, interval: int, landing
 
 def demo_time(work: Path) -> float:
     home = work / "dagster"
-    write_instance(home)
+    write_instance(home, {})
     env = {key: value for key, value in os.environ.items() if key not in SPARK_VARIABLES}
     env.update(
         DAGSTER_HOME=str(home),
@@ -242,6 +252,36 @@ def demo_time(work: Path) -> float:
 
 def _listed(seconds: list[float]) -> str:
     return ", ".join(f"{value:.1f}" for value in seconds)
+
+
+def postgres_ranges(
+    scratch: Path, landing: Path, spark: dict[str, str], first: str, last: str, extra: list[str]
+) -> None:
+    """The one-day and range runs of visits_daily again, on an instance in Postgres (the
+    production profile's), without and with DAGSTER_EVENT_BATCH_SIZE."""
+    scratch.chmod(0o755)  # Postgres runs as `nobody` under root
+    with postgres(scratch / "postgres", free_port(), {"fsync": "off"}) as server:
+        print("The same on a Dagster instance in Postgres, attached:")
+        for batch in ("0", "1000"):
+            database = f"dagster_batch_{batch}"
+            create_databases(server, [database])
+            env = deployment(
+                scratch / database,
+                landing,
+                spark,
+                {
+                    "DAGSTER_POSTGRES_URL": server.rsplit("/", 1)[0] + f"/{database}",
+                    "DAGSTER_EVENT_BATCH_SIZE": batch,
+                },
+            )
+            materialize(env, "--partition", extra[-1])  # the storage's tables; registers
+            one_day = materialize(env, "--partition", extra[0])
+            ranged = materialize(env, "--partition-range", f"{first}...{last}")
+            print(
+                f"  DAGSTER_EVENT_BATCH_SIZE={batch}: one day {one_day:5.1f} s, range run "
+                f"{ranged:6.1f} s   range / one day = {ranged / one_day:.2f}",
+                flush=True,
+            )
 
 
 def main() -> None:
@@ -320,6 +360,7 @@ def main() -> None:
             f"range / one day = {ranged_run / attach:.2f}",
             flush=True,
         )
+        postgres_ranges(scratch, landing, spark, first, last, extra)
         payments = deployment(scratch / "payments", landing, spark)
         materialize(payments, "--partition", extra[-1], asset="payments")  # registers
         one_day = materialize(payments, "--partition", extra[0], asset="payments")

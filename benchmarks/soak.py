@@ -12,8 +12,9 @@ every table equals what plain Python computes from the files that landed.
    the soak mount one, so its disk can be filled.
 2. For `--minutes`, files of three sources land every few seconds (benchmarks/
    soak_load.py), and faults are injected at random moments (benchmarks/soak_faults.py):
-   12 kills of run processes, 4 of the long-lived Spark, one of the code server, the
-   daemon and the webserver, and the disk filled for 20 s. The seed decides the files,
+   12 kills of run processes, 4 of the long-lived Spark, one of the code server (and
+   then of a run process it left behind, when one is going), the daemon and the
+   webserver, and the disk filled for 20 s. The seed decides the files,
    the moments and the order; which run a kill hits depends on what is running then.
 3. Then the faults and files stop, and the soak measures the time until visits_daily,
    the weekly exposition of visits, the telemetry running totals and hourly rollups and

@@ -66,16 +66,21 @@ class Faults:
             self.done[kind] += 1
         return hit
 
-    def _kill_run(self, rng) -> str | None:
+    def _running(self) -> list[tuple[dg.DagsterRun, int]]:
+        """The started runs whose process lives, with its pid, by run id."""
         started = dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])
         living = []
         for record in self.instance.get_run_records(started):
             worker = run_worker(self.instance, record)
             if worker and worker.lives():
                 living.append((record.dagster_run, worker.pid))
+        return sorted(living, key=lambda running: running[0].run_id)
+
+    def _kill_run(self, rng) -> str | None:
+        living = self._running()
         if not living:
             return None
-        run, pid = rng.choice(sorted(living, key=lambda r: r[0].run_id))
+        run, pid = rng.choice(living)
         os.kill(pid, signal.SIGKILL)
         tags = run.tags
         first = tags.get("dagster/asset_partition_range_start")
@@ -92,18 +97,24 @@ class Faults:
 
     def _kill_supervised(self, process: Supervised, *, server: bool = False) -> str | None:
         """SIGKILLs `process`; with `server`, also the server process it runs (a code
-        server's `dagster api grpc`), not the runs that server started."""
+        server's `dagster api grpc`), and then one run process that server started, which
+        nothing but the sensor `dead_runs` can report once its code server is gone."""
         pid = process.pid
         if pid is None:
             return None
         servers = [
-            child.pid
+            child
             for child in (psutil.Process(pid).children() if server else [])
             if "grpc" in " ".join(child.cmdline())
         ]
-        for each in [pid, *servers]:
+        children = {child.pid for each in servers for child in each.children()}
+        runs = [pid for _, pid in self._running() if pid in children]
+        for each in [pid, *(server.pid for server in servers), *runs[:1]]:
             os.kill(each, signal.SIGKILL)
-        return f"pid {pid}" + (f" and its server {servers}" if servers else "")
+        hit = f"pid {pid}"
+        if servers:
+            hit += f" and its server {[server.pid for server in servers]}"
+        return hit + (f", then a run process it left behind (pid {runs[0]})" if runs else "")
 
     def _fill_disk(self, seconds: float = 20.0) -> str | None:
         if self.disk is None:

@@ -23,9 +23,11 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+
+import psycopg2
 
 HOST = "127.0.0.1"
 S3PROXY_VERSION = "4.1.0"
@@ -163,3 +165,17 @@ def postgres(folder: Path, port: int, settings: Mapping[str, str] | None = None)
         yield f"postgresql://postgres@{HOST}:{port}/postgres"
     finally:
         stop(process, signal.SIGINT)  # PostgreSQL's fast shutdown
+
+
+def create_databases(url: str, names: Iterable[str]) -> None:
+    """The databases `names` on the server of `url`, created when missing."""
+    connection = psycopg2.connect(url)
+    connection.autocommit = True  # CREATE DATABASE runs outside transactions
+    try:
+        cursor = connection.cursor()
+        for name in names:
+            cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if cursor.fetchone() is None:
+                cursor.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        connection.close()

@@ -35,13 +35,12 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT_ROOT))
 
-import psycopg2  # noqa: E402
 import spark_cluster  # noqa: E402  (platform/, this script's folder)
 from instance import POSTGRES_URL, write_instance  # noqa: E402
 from pyarrow import fs as pafs  # noqa: E402
 
 from demo.processes import supervised_platform, wait_until_serving  # noqa: E402
-from demo.servers import object_store, postgres  # noqa: E402
+from demo.servers import create_databases, object_store, postgres  # noqa: E402
 from resources.spark_server import (  # noqa: E402
     METASTORE_URL_ENV,
     REMOTE_ENV,
@@ -57,19 +56,6 @@ DATABASES = ("dagster", "metastore")
 
 def _interrupted(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
-
-
-def _databases(url: str) -> None:
-    connection = psycopg2.connect(url)
-    connection.autocommit = True  # CREATE DATABASE runs outside transactions
-    try:
-        cursor = connection.cursor()
-        for name in DATABASES:
-            cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-            if cursor.fetchone() is None:
-                cursor.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        connection.close()
 
 
 def _bucket(endpoint: str) -> None:
@@ -110,7 +96,7 @@ def up(state: Path) -> None:
         )
         _bucket(endpoint)
         server_url = stack.enter_context(postgres(state / "postgres", free_port()))
-        _databases(server_url)
+        create_databases(server_url, DATABASES)
         base = server_url.rsplit("/", 1)[0]
         host = base.split("@", 1)[1]
         env = {

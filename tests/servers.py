@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import boto3
-import psycopg2
 
 from demo.servers import postgres, stop, wait_for_port
 
@@ -77,17 +76,6 @@ def postgres_server() -> Iterator[str]:
             yield url
     finally:
         shutil.rmtree(data, ignore_errors=True)
-
-
-@contextmanager
-def postgres_connection(url: str) -> Iterator[psycopg2.extensions.connection]:
-    """A connection in autocommit mode (`CREATE DATABASE` runs outside transactions)."""
-    connection = psycopg2.connect(url)
-    connection.autocommit = True
-    try:
-        yield connection
-    finally:
-        connection.close()
 
 
 @contextmanager

@@ -26,6 +26,7 @@ from deltalake import write_deltalake
 from support import day_of_visits, materialize_side_by_side
 
 from assets.overwriting.data_overwrite import VISITS_DAILY
+from demo.servers import create_databases
 from resources import Lakehouse
 from resources.catalog import BEELINE_PROMPT, beeline, catalog_name
 from resources.spark_server import (
@@ -199,8 +200,7 @@ def test_the_catalog_lives_in_postgres_when_lakehouse_metastore_url_names_it(tmp
     jar cache): a table registered through one long-lived Spark is found by name through
     another one that shares nothing with it on disk, only the database."""
     with servers.postgres_server() as url:
-        with servers.postgres_connection(url) as connection:
-            connection.cursor().execute('CREATE DATABASE "metastore"')
+        create_databases(url, ["metastore"])
         host = url.split("@", 1)[1].rsplit("/", 1)[0]
         env = {METASTORE_URL_ENV: f"jdbc:postgresql://{host}/metastore?user=postgres"}
         table = tmp_path / "lakehouse" / "payments"

@@ -17,6 +17,7 @@ from support import day_of_visits, partition_range, platform_module, sensor_reso
 from assets.maintenance import restore_table
 from assets.overwriting import visits_daily
 from assets.overwriting.data_overwrite import VISITS_DAILY
+from demo.servers import create_databases
 from sensors import visits_late_files
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -42,8 +43,7 @@ def postgres_instance(postgres_url, tmp_path, monkeypatch) -> Iterator[dg.Dagste
     config = instance_module()
     # A database of its own per test: the module's server outlives each instance.
     database = f"dagster_{tmp_path.name.replace('-', '_').lower()}"
-    with servers.postgres_connection(postgres_url) as connection:
-        connection.cursor().execute(f'CREATE DATABASE "{database}"')
+    create_databases(postgres_url, [database])
     url = postgres_url.rsplit("/", 1)[0] + f"/{database}"
     home = config.write_instance(tmp_path / "dagster", {config.POSTGRES_URL: url})
     monkeypatch.setenv(config.POSTGRES_URL, url)
