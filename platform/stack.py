@@ -108,6 +108,9 @@ def up(state: Path) -> None:
             "LAKEHOUSE_ROOT": f"s3://{BUCKET}",
             "LANDING_ROOT": str(state / "landing"),
             POSTGRES_URL: f"{base}/dagster",
+            # Postgres stores a run's events in batches (Dagster's opt-in): a 364-day range
+            # run took 19 s with it against 28 s without (benchmarks/run_cost.py).
+            "DAGSTER_EVENT_BATCH_SIZE": "1000",
             METASTORE_URL_ENV: f"jdbc:postgresql://{host}/metastore?user=postgres",
             "DAGSTER_HOME": str(state / "dagster"),
         }
