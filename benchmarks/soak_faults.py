@@ -108,12 +108,12 @@ class Faults:
             if "grpc" in " ".join(child.cmdline())
         ]
         children = {child.pid for each in servers for child in each.children()}
-        runs = [pid for _, pid in self._running() if pid in children]
-        for each in [pid, *(server.pid for server in servers), *runs[:1]]:
+        runs = [worker for _, worker in self._running() if worker in children]
+        for each in [pid, *(grpc.pid for grpc in servers), *runs[:1]]:
             os.kill(each, signal.SIGKILL)
         hit = f"pid {pid}"
         if servers:
-            hit += f" and its server {[server.pid for server in servers]}"
+            hit += f" and its server {[grpc.pid for grpc in servers]}"
         return hit + (f", then a run process it left behind (pid {runs[0]})" if runs else "")
 
     def _fill_disk(self, seconds: float = 20.0) -> str | None:
