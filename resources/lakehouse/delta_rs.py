@@ -387,7 +387,7 @@ class DeltaRsEngine(port.DeltaEngine):
         table_properties: Mapping[str, str] | None,
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
-        replace_schema: bool,
+        schema_mode: port.SchemaMode | None,
     ) -> port.HistoryEntry | None:
         try:
             target: DeltaTable | None = self._target(table)
@@ -402,7 +402,7 @@ class DeltaRsEngine(port.DeltaEngine):
                 target if target is not None else table,
                 _as_arrow(data),
                 mode=mode,  # type: ignore[arg-type]  # overloads split modes; both take these
-                schema_mode="overwrite" if replace_schema else None,
+                schema_mode=schema_mode,
                 # The predicate and partitioning go with every write, creating ones
                 # included: a writer that saw no table may find one created by a
                 # concurrent writer by the time it commits, and must then still replace

@@ -214,7 +214,7 @@ class DeltaSparkEngine(port.DeltaEngine):
         table_properties: Mapping[str, str] | None,
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
-        replace_schema: bool,
+        schema_mode: port.SchemaMode | None,
     ) -> port.HistoryEntry | None:
         frame = self._frame(data)
         self._require_advance(table, app_transaction)
@@ -227,8 +227,8 @@ class DeltaSparkEngine(port.DeltaEngine):
             writer = writer.option("replaceWhere", where.render("spark"))
         if partition_by:
             writer = writer.partitionBy(*partition_by)
-        if replace_schema:
-            writer = writer.option("overwriteSchema", "true")
+        if schema_mode:
+            writer = writer.option(f"{schema_mode}Schema", "true")
         if app_transaction:
             writer = writer.option("txnAppId", app_transaction.app_id).option(
                 "txnVersion", app_transaction.version

@@ -70,6 +70,9 @@ def spooled(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> Iterator[St
 WriteMode = Literal["append", "overwrite"]
 """How a write treats the rows already there: keeps them, or replaces (those `where` selects)."""
 
+SchemaMode = Literal["overwrite", "merge"]
+"""How a write changes the table's columns: to the data's, or by adding the data's new ones."""
+
 
 # -- errors ---------------------------------------------------------------------------
 
@@ -398,11 +401,12 @@ class DeltaEngine(ABC):
         table_properties: Mapping[str, str] | None,
         metadata: Mapping[str, Any],
         app_transaction: AppTransaction | None,
-        replace_schema: bool,
+        schema_mode: SchemaMode | None,
     ) -> HistoryEntry | None:
-        """`partition_by` and `table_properties` apply when this write creates the table;
-        `replace_schema` (a whole-table overwrite only) gives the table the data's schema
-        in the same commit (Delta's overwriteSchema)."""
+        """`partition_by` and `table_properties` apply when this write creates the table.
+        In the same commit, `schema_mode` "overwrite" (a whole-table overwrite only) gives
+        the table the data's schema (Delta's overwriteSchema), and "merge" adds the data's
+        new columns to it (mergeSchema)."""
 
     @abstractmethod
     def merge(

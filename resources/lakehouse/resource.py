@@ -324,9 +324,11 @@ class Lakehouse(dg.ConfigurableResource):
         partition_by: Sequence[str] | None = None,
         table_properties: Mapping[str, str] | None = None,
         app_transaction: port.AppTransaction | None = None,
+        merge_schema: bool = False,
     ) -> port.CommitResult:
         """Add rows. `partition_by` and `table_properties` (e.g. `delta.targetFileSize`,
-        over `TABLE_DEFAULTS`) apply when this write creates the table."""
+        over `TABLE_DEFAULTS`) apply when this write creates the table; `merge_schema`
+        adds the data's new columns to the table (rows before have them null)."""
         return self._write(
             table,
             data,
@@ -336,7 +338,7 @@ class Lakehouse(dg.ConfigurableResource):
             table_properties,
             metadata,
             app_transaction,
-            replace_schema=False,
+            "merge" if merge_schema else None,
         )
 
     def overwrite(
@@ -350,10 +352,12 @@ class Lakehouse(dg.ConfigurableResource):
         table_properties: Mapping[str, str] | None = None,
         app_transaction: port.AppTransaction | None = None,
         replace_schema: bool = False,
+        merge_schema: bool = False,
     ) -> port.CommitResult:
         """Replace the whole table, or with `where` exactly the rows it matches
         (replaceWhere). One atomic commit: readers see the old content or the new.
-        `replace_schema` lets a whole-table overwrite change the table's columns too."""
+        `replace_schema` lets a whole-table overwrite change the table's columns too;
+        `merge_schema` adds the data's new columns (as `append`'s does)."""
         if replace_schema and where is not None:
             raise ValueError(f"{table}: only a whole-table overwrite can replace the schema")
         return self._write(
@@ -365,7 +369,7 @@ class Lakehouse(dg.ConfigurableResource):
             table_properties,
             metadata,
             app_transaction,
-            replace_schema,
+            "overwrite" if replace_schema else "merge" if merge_schema else None,
         )
 
     def _write(
@@ -378,7 +382,7 @@ class Lakehouse(dg.ConfigurableResource):
         table_properties: Mapping[str, str] | None,
         metadata: Mapping[str, Any],
         app_transaction: port.AppTransaction | None,
-        replace_schema: bool,
+        schema_mode: port.SchemaMode | None,
     ) -> port.CommitResult:
         if isinstance(data, pa.RecordBatchReader):
             data = _once(data)
@@ -395,7 +399,7 @@ class Lakehouse(dg.ConfigurableResource):
                 table_properties=properties,
                 metadata=meta,
                 app_transaction=app_transaction,
-                replace_schema=replace_schema,
+                schema_mode=schema_mode,
             ),
         )
         return self._with_replaced_rows(result, where) if mode == "overwrite" else result

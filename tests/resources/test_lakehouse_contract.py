@@ -259,6 +259,21 @@ def test_a_read_computes_the_sha256_of_a_text_column(lake):
         lake.read_arrow("t", columns=["device"], computed={"a b": Sha256("device")})
 
 
+def test_merge_schema_adds_new_columns_to_appends_and_replaced_windows(lake):
+    lake.append("t", devices([("a", 1, "x"), ("b", 2, "y")]), metadata=META, partition_by=["day"])
+    tagged = devices([("c", 1, "z")]).append_column("tag", pa.array(["new"], pa.string()))
+    with pytest.raises(Exception, match="(?i)schema"):
+        lake.append("t", tagged, metadata=META)
+    lake.append("t", tagged, metadata=META, merge_schema=True)
+    replaced = devices([("d", 2, "w")]).append_column("tag", pa.array(["two"], pa.string()))
+    lake.overwrite(
+        "t", replaced, where=eq("day", dt.date(2024, 1, 2)), metadata=META, merge_schema=True
+    )
+    assert {c.name for c in lake.table_facts("t").columns} == {"device", "day", "name", "tag"}
+    got = sorted((r["device"], r["tag"]) for r in lake.read_arrow("t").to_pylist())
+    assert got == [("a", None), ("c", "new"), ("d", "two")]
+
+
 def test_columns_are_the_delta_schema(lake):
     lake.append("t", devices([("a", 1, "x")]), metadata=META, partition_by=["day"])
     assert [(c.name, c.type) for c in lake.table_facts("t").columns] == [
