@@ -183,6 +183,8 @@ COLUMNS: dict[str, str] = {
     "sensor_files.removed": "Whether the file was gone from the landing zone when the row "
     "was written.",
     "label": "What the sensor worked out from the content once (e.g. the telemetry subject).",
+    "etag": "The object's entity tag as last listed, in an object-store landing zone (null "
+    "on a local disk).",
 }
 
 

@@ -86,7 +86,7 @@ def empty_files(files: Sequence[FileStat]) -> list[Problem]:
 def _hadoop_path(landing: LandingZone, path: str) -> str:
     """The absolute path Spark is given, with Hadoop's glob characters escaped so a
     file named `a[1].jsonl` is read as itself."""
-    return _GLOB_CHARACTERS.sub(r"\\\1", str(landing.absolute(path)))
+    return _GLOB_CHARACTERS.sub(r"\\\1", landing.spark_path(path))
 
 
 def _unreadable_by_spark(files: Sequence[FileStat]) -> list[Problem]:
@@ -139,7 +139,7 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
     if not readable:
         return spark.createDataFrame([], _LINES_SCHEMA)
     paths = [_hadoop_path(landing, stat.path) for stat in readable]
-    prefix = f"file:{landing.absolute('')}/"
+    prefix = landing.spark_root
     try:
         whole = spark.read.format("binaryFile").load(paths)
         text = spark.read.option("lineSep", "\n").text(paths)
@@ -148,7 +148,7 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
         whole.schema  # noqa: B018
         text.schema  # noqa: B018
     except AnalysisException as error:
-        gone = [stat for stat in readable if not landing.absolute(stat.path).is_file()]
+        gone = [stat for stat in readable if not landing.exists(stat.path)]
         if error.getCondition() != "PATH_NOT_FOUND" or not gone:
             raise
         raise SourceDataError(

@@ -77,22 +77,36 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
         ui_enabled=True,
         delta_jars=env.get("DELTA_SPARK_JARS", ""),
     )
-    if is_object_store(root):
-        from resources.object_store import S3Lakehouse, S3Spark, storage_from_environment
+    landing_root = _location(env.get("LANDING_ROOT", ".data/landing"))
+    landing_settings: dict[str, Any] = dict(
+        root=landing_root,
+        full_listing_seconds=int(env.get("LANDING_FULL_LISTING_SECONDS", "600")),
+    )
+    spark: SparkResource
+    landing: LandingZone
+    if is_object_store(root) or is_object_store(landing_root):
+        from resources.object_store import S3Spark, storage_from_environment
 
         storage = storage_from_environment(env)
-        spark: SparkResource = S3Spark(**spark_settings, s3=storage)
-        lakehouse: Lakehouse = S3Lakehouse(root=root, engine=engine, spark=spark, s3=storage)
+        spark = S3Spark(**spark_settings, s3=storage)
     else:
         spark = SparkResource(**spark_settings)
+    if is_object_store(root):
+        from resources.object_store import S3Lakehouse
+
+        lakehouse: Lakehouse = S3Lakehouse(root=root, engine=engine, spark=spark, s3=storage)
+    else:
         lakehouse = Lakehouse(root=root, engine=engine, spark=spark)
+    if is_object_store(landing_root):
+        from resources.s3_landing import S3LandingZone
+
+        landing = S3LandingZone(**landing_settings, s3=storage)
+    else:
+        landing = LandingZone(**landing_settings)
     return {
         "spark": spark,
         "lakehouse": lakehouse,
-        "landing": LandingZone(
-            root=_location(env.get("LANDING_ROOT", ".data/landing")),
-            full_listing_seconds=int(env.get("LANDING_FULL_LISTING_SECONDS", "600")),
-        ),
+        "landing": landing,
         "telemetry_settings": telemetry.TelemetrySettings(compute=_compute(env)),
         "payments_settings": database.PaymentsSettings(),
         "session_settings": database.SessionSettings(),

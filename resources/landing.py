@@ -10,10 +10,13 @@ import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, BinaryIO, ClassVar, NamedTuple
 
 import dagster as dg
 from pydantic import Field
+
+if TYPE_CHECKING:
+    from pyarrow import fs as pafs
 
 log = logging.getLogger(__name__)
 
@@ -26,16 +29,20 @@ class FileStat(NamedTuple):
     """Relative to the landing root, '/'-separated."""
     size: int
     mtime_ns: int
+    etag: str | None = None
+    """An object store's entity tag: it changes whenever the object is written (None on
+    a local disk)."""
 
 
 class Fingerprint(NamedTuple):
-    """A file's identity: its content hash decides whether anything changed; size and
-    mtime only decide whether the hash must be computed again."""
+    """A file's identity: its content hash decides whether anything changed; size, mtime
+    and entity tag only decide whether the hash must be computed again."""
 
     path: str
     size: int
     mtime_ns: int
     sha256: str
+    etag: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,20 @@ def prefix_digests(content: bytes, cuts: Sequence[int]) -> list[str]:
         done = cut
         digests.append(digest.copy().hexdigest())
     return digests
+
+
+def landed(
+    path: str,
+    content: bytes,
+    mtime_ns: int,
+    prefixes: Callable[[bytes], Iterable[int]] | None,
+    etag: str | None = None,
+) -> LandedFile:
+    """A file read, hashed whole and at the prefix lengths `prefixes(content)` names."""
+    cuts = sorted({min(max(n, 0), len(content)) for n in (prefixes(content) if prefixes else ())})
+    *prefix_hashes, sha256 = prefix_digests(content, [*cuts, len(content)])
+    fingerprint = Fingerprint(path, len(content), mtime_ns, sha256, etag)
+    return LandedFile(fingerprint, content, dict(zip(cuts, prefix_hashes, strict=True)))
 
 
 def sources_digest(fingerprints: Iterable[Fingerprint]) -> str:
@@ -117,7 +138,12 @@ class LandingZone(dg.ConfigurableResource):
     """Source files under one local root (or a mount every Spark executor sees at the same
     path). Sensors list and fingerprint them here; Spark assets only list them here and
     read them on the executors (`assets/source_files.py`); telemetry reads them here, so
-    its content hashes and parsed rows come from the same bytes."""
+    its content hashes and parsed rows come from the same bytes. Under an `s3://` root it
+    is an `S3LandingZone` (`resources/s3_landing.py`)."""
+
+    local: ClassVar[bool] = True
+    """Whether the files lie on a file system of this machine (its kernel's notifications
+    and paths apply)."""
 
     root: str
     full_listing_seconds: int = Field(
@@ -137,6 +163,22 @@ class LandingZone(dg.ConfigurableResource):
         if root != full and root not in full.parents:
             raise ValueError(f"path {path!r} leaves the landing zone {self.root!r}")
         return full
+
+    def spark_path(self, path: str) -> str:
+        """Where Spark reads the file at `path`."""
+        return str(self.absolute(path))
+
+    @property
+    def spark_root(self) -> str:
+        """The landing root as Spark renders the paths of the files it read."""
+        return f"file:{self.absolute('')}/"
+
+    def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
+        """A pyarrow file system and the landing root's path in it: how code that cannot
+        import this project (Spark's executors) reads the files."""
+        from pyarrow import fs
+
+        return fs.LocalFileSystem(), str(self.absolute(""))
 
     def list(self, prefix: str, *, suffix: str = "", recursive: bool = True) -> list[FileStat]:
         """Regular files under `prefix` (in its sub-folders too, unless not `recursive`)
@@ -164,7 +206,7 @@ class LandingZone(dg.ConfigurableResource):
         symbolic link to nothing, a folder) is skipped with a warning naming it: reading a
         named pipe would block the run for ever. A folder gone since it was named has no
         files."""
-        root = str(Path(self.root).resolve())
+        root = str(self.absolute(""))
         under = folder[len(root) + 1 :]
         stats: builtins.list[FileStat] = []
         folders: builtins.list[str] = []
@@ -223,7 +265,8 @@ class LandingZone(dg.ConfigurableResource):
         return FileStat(path, st.st_size, st.st_mtime_ns)
 
     def head(self, path: str, size: int = 4096) -> bytes:
-        """The file's first `size` bytes (for rules that read a header line)."""
+        """The file's first `size` bytes (a header line; what of a growing file was
+        ingested)."""
         with self._open(path) as f:
             return f.read(size)
 
@@ -248,14 +291,7 @@ class LandingZone(dg.ConfigurableResource):
         with self._open(path) as f:
             content = f.read()
             st = os.fstat(f.fileno())
-        cuts = sorted(
-            {min(max(n, 0), len(content)) for n in (prefixes(content) if prefixes else ())}
-        )
-        *prefix_hashes, sha256 = prefix_digests(content, [*cuts, len(content)])
-        fingerprint = Fingerprint(
-            path=path, size=len(content), mtime_ns=st.st_mtime_ns, sha256=sha256
-        )
-        return LandedFile(fingerprint, content, dict(zip(cuts, prefix_hashes, strict=True)))
+        return landed(path, content, st.st_mtime_ns, prefixes)
 
     def fingerprints(
         self, stats: Iterable[FileStat], known: Mapping[str, Fingerprint] | None = None
@@ -263,24 +299,45 @@ class LandingZone(dg.ConfigurableResource):
         """Fingerprints of the listed files by path (see `fingerprint`). A file gone or
         unreadable since it was listed is left out with a warning naming it: the next
         listing looks at it again, and the other files are not held up."""
-        prints = {}
-        for listed in stats:
-            try:
-                prints[listed.path] = self.fingerprint(listed, known)
-            except OSError as error:
-                gone = isinstance(error, FileNotFoundError)
-                log.warning(
-                    f"landing file {listed.path} skipped: "
-                    + ("gone since it was listed" if gone else f"cannot be read ({error})")
-                )
-        return prints
+        listed = builtins.list(stats)
+        found = self._each(lambda stat: self._fingerprint_or_none(stat, known), listed)
+        return {stat.path: print_ for stat, print_ in zip(listed, found, strict=True) if print_}
+
+    def _fingerprint_or_none(
+        self, listed: FileStat, known: Mapping[str, Fingerprint] | None
+    ) -> Fingerprint | None:
+        try:
+            return self.fingerprint(listed, known)
+        except OSError as error:
+            gone = isinstance(error, FileNotFoundError)
+            log.warning(
+                f"landing file {listed.path} skipped: "
+                + ("gone since it was listed" if gone else f"cannot be read ({error})")
+            )
+            return None
+
+    @staticmethod
+    def _each(
+        work: Callable[[FileStat], Fingerprint | None], stats: Sequence[FileStat]
+    ) -> Iterable[Fingerprint | None]:
+        """`work` done on each of `stats`, in order (here one after the other)."""
+        return map(work, stats)
 
     def fingerprint(
         self, stat: FileStat, known: Mapping[str, Fingerprint] | None = None
     ) -> Fingerprint:
-        """The file's fingerprint, re-using `known[path]` when size and mtime are unchanged
-        (re-hashing only what may have changed)."""
+        """The file's fingerprint, re-using `known[path]` when size, mtime and entity tag
+        are unchanged (re-hashing only what may have changed)."""
         previous = (known or {}).get(stat.path)
-        if previous and previous.size == stat.size and previous.mtime_ns == stat.mtime_ns:
+        if (
+            previous
+            and previous.size == stat.size
+            and previous.mtime_ns == stat.mtime_ns
+            and previous.etag == stat.etag
+        ):
             return previous
+        return self._hashed(stat)
+
+    def _hashed(self, stat: FileStat) -> Fingerprint:
+        """The fingerprint of the listed file, read again."""
         return self.read(stat.path).fingerprint

@@ -61,6 +61,9 @@ SCHEMA = pa.schema(
         pa.field("mtime_ns", pa.int64(), nullable=True),
         pa.field("sha256", pa.string(), nullable=True),
         pa.field("label", pa.string(), nullable=True),
+        # An object store's entity tag (added after the first release: rows written
+        # before have none, and every write merges the column into an older table).
+        pa.field("etag", pa.string(), nullable=True),
     ]
 )
 COMPACT_AFTER_COMMITS = 100
@@ -183,16 +186,17 @@ def _folded(rows: pa.Table, version: int | None) -> SeenFiles:
         rows.column(name).to_pylist()
         for name in ("path", "seq", "removed", "size", "mtime_ns", "sha256", "label")
     )
+    etags = rows.column("etag").to_pylist() if "etag" in rows.column_names else [None] * len(paths)
     fingerprints: dict[str, Fingerprint] = {}
     labels: dict[str, str] = {}
-    for path, gone, size, mtime, sha, label in zip(
-        paths, removed, sizes, mtimes, hashes, names, strict=True
+    for path, gone, size, mtime, sha, label, etag in zip(
+        paths, removed, sizes, mtimes, hashes, names, etags, strict=True
     ):
         if gone:
             fingerprints.pop(path, None)
             labels.pop(path, None)
             continue
-        fingerprints[path] = Fingerprint(path, size, mtime, sha)
+        fingerprints[path] = Fingerprint(path, size, mtime, sha, etag)
         if label is None:
             labels.pop(path, None)
         else:
@@ -222,6 +226,7 @@ def _rows(
             "mtime_ns": [f.mtime_ns if f else None for f in kept],
             "sha256": [f.sha256 if f else None for f in kept],
             "label": [labels.get(f.path) if f else None for f in kept],
+            "etag": [f.etag if f else None for f in kept],
         },
         schema=SCHEMA,
     )
@@ -292,6 +297,7 @@ def store(
                 metadata=metadata,
                 partition_by=["sensor"],
                 app_transaction=AppTransaction(sensor, seq),
+                merge_schema=True,
             )
             return SeenFiles(
                 fingerprints, labels, result.version, seq, (commits + 1, appended + len(differing))
@@ -322,6 +328,7 @@ def _rewrite(
                 partition_by=["sensor"],
                 metadata={**metadata, "rewritten": True},
                 app_transaction=AppTransaction(sensor, seq),
+                merge_schema=True,
             )
             return SeenFiles(fingerprints, labels, result.version, seq)
         except StaleWriteError as stale:

@@ -8,6 +8,9 @@ an event naming it, and only the named files are looked at again. The events are
 when the tick asks, from the queue the kernel filled as the writes happened, so a file
 written before a tick is always seen by that tick.
 
+An object store (`S3LandingZone`) raises no event here: its listing is its paged listing,
+taken whole at every tick.
+
 What notifications do not see is made good by listing everything again (a sweep), as
 Auto Loader's `backfillInterval` does for its file notifications:
 - every `LandingZone.full_listing_seconds` (writers on another machine of a network
@@ -155,15 +158,19 @@ class Listing:
         """List every file (a watch on each folder first, so that nothing written during
         the listing is missed) and record what differs from the files known."""
         self.close()
-        base = self.landing.absolute(self.folder)
-        # Until its folder exists there is nothing to watch: each tick looks for it.
-        if NOTIFIABLE and self.full_listing_seconds > 0 and base.is_dir() and self._local(base):
-            try:
-                if not self._unwatchable:
-                    self._notify = INotify()
-            except OSError as error:  # the user's inotify instances are all taken
-                log.warning(f"listing {self.folder} at every tick: no inotify ({error})")
-        listed = {stat.path: stat for stat in self._watch_and_list(str(base))}
+        if self.landing.local:
+            base = self.landing.absolute(self.folder)
+            # Until its folder exists there is nothing to watch: each tick looks for it.
+            if NOTIFIABLE and self.full_listing_seconds > 0 and base.is_dir() and self._local(base):
+                try:
+                    if not self._unwatchable:
+                        self._notify = INotify()
+                except OSError as error:  # the user's inotify instances are all taken
+                    log.warning(f"listing {self.folder} at every tick: no inotify ({error})")
+            found = self._watch_and_list(str(base))
+        else:  # an object store: its listing, paged, at every tick
+            found = self.landing.list(self.folder, suffix=self.suffix)
+        listed = {stat.path: stat for stat in found}
         for path in self.files.keys() - listed.keys():
             self._update(path, None)
         for path, stat in listed.items():
@@ -296,7 +303,7 @@ def listings(
     found = []
     with _LOCK:
         for folder, suffix in folders:
-            key = (sensor, str(landing.absolute("")), folder, suffix)
+            key = (sensor, landing.spark_root, folder, suffix)
             listing = _LISTINGS.get(key)
             if listing is None or listing.full_listing_seconds != landing.full_listing_seconds:
                 if listing is not None:

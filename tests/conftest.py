@@ -18,7 +18,7 @@ import servers
 from support import DELTA_JARS
 
 from resources import Lakehouse, LandingZone, SparkResource
-from resources.object_store import ClientConfig, S3Config, S3Lakehouse, S3Spark, S3Storage
+from resources.object_store import S3Lakehouse, S3Spark, S3Storage
 from resources.spark_server import SparkServer, alive, long_lived_spark
 
 
@@ -31,15 +31,7 @@ def s3_endpoint() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def s3_storage(s3_endpoint: str) -> S3Storage:
-    return S3Storage(
-        s3=S3Config(
-            endpoint=s3_endpoint,
-            access_key_id=servers.ACCESS_KEY,
-            secret_access_key=servers.SECRET_KEY,
-            region=servers.REGION,
-        ),
-        client=ClientConfig(allow_http=True),
-    )
+    return servers.s3_storage(s3_endpoint)
 
 
 def spark_resource(s3_storage: S3Storage) -> SparkResource:
@@ -189,6 +181,17 @@ def landing(tmp_path: Path) -> LandingZone:
     root = tmp_path / "landing"
     root.mkdir()
     return LandingZone(root=str(root))
+
+
+@pytest.fixture
+def s3_landing(s3_endpoint: str, s3_storage: S3Storage) -> LandingZone:
+    """A landing zone under a fresh bucket of the S3 server (files land with
+    `support.land`)."""
+    from resources.s3_landing import S3LandingZone
+
+    bucket = f"landing-{uuid.uuid4().hex[:12]}"
+    servers.create_bucket(s3_endpoint, bucket)
+    return S3LandingZone(root=f"s3://{bucket}/landing", s3=s3_storage)
 
 
 @pytest.fixture

@@ -55,15 +55,30 @@ def s3_environment(endpoint: str) -> dict[str, str]:
     }
 
 
-def create_bucket(endpoint: str, bucket: str) -> None:
-    client = boto3.client(
+def s3_client(endpoint: str):
+    return boto3.client(
         "s3",
         endpoint_url=endpoint,
         aws_access_key_id=ACCESS_KEY,
         aws_secret_access_key=SECRET_KEY,
         region_name=REGION,
     )
-    client.create_bucket(Bucket=bucket)
+
+
+def s3_storage(endpoint: str):
+    """The lakehouse's and landing zone's settings for the S3 server at `endpoint`."""
+    from resources.object_store import ClientConfig, S3Config, S3Storage
+
+    return S3Storage(
+        s3=S3Config(
+            endpoint=endpoint, access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY, region=REGION
+        ),
+        client=ClientConfig(allow_http=True),
+    )
+
+
+def create_bucket(endpoint: str, bucket: str) -> None:
+    s3_client(endpoint).create_bucket(Bucket=bucket)
 
 
 @contextmanager

@@ -12,7 +12,9 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import dagster as dg
+from telemetry_history import write
 
+from demo.landing_files import LandingFiles
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.landing import FileStat
 
@@ -162,6 +164,15 @@ def table_contents(
         ]
         found[name] = hashlib.sha256("\n".join(sorted(rows)).encode()).hexdigest()[:16]
     return found
+
+
+def land(landing: LandingZone, path: str, content: bytes) -> None:
+    """Land a file as a writer would: a local file (its mtime moved on, so a same-second
+    rewrite is still seen) or, under an `s3://` root, an object."""
+    if landing.local:
+        write(landing.root, path, content)
+    else:
+        LandingFiles(landing).write(path, content)
 
 
 def visit(

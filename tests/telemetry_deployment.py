@@ -9,7 +9,8 @@ from collections.abc import Iterable
 import dagster as dg
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
-from telemetry_history import ReportFile, write
+from support import land
+from telemetry_history import ReportFile
 from ticks import evaluate_tick
 
 from assets.telemetry import (
@@ -54,10 +55,10 @@ class Deployment:
 
     def deliver(self, files: Iterable[ReportFile]) -> None:
         for f in files:
-            write(self.landing.root, f.path, f.content)
+            land(self.landing, f.path, f.content)
 
     def write(self, path: str, content: bytes) -> None:
-        write(self.landing.root, path, content)
+        land(self.landing, path, content)
 
     def tick(self) -> dg.SensorResult:
         result = evaluate_tick(telemetry_files, self.instance, self.cursor, self.resources)

@@ -381,5 +381,16 @@ lakehouse, spark = resources["lakehouse"], resources["spark"]
 assert isinstance(lakehouse, S3Lakehouse) and isinstance(spark, S3Spark)
 assert isinstance(lakehouse.s3.s3, S3Config) and spark.s3 == lakehouse.s3
 assert lakehouse.s3.client.allow_http
+from resources.s3_landing import S3LandingZone
+assert not isinstance(resources["landing"], S3LandingZone)
+# Files landing in a bucket, tables on a disk: Spark reaches the bucket all the same.
+resources = module.build_resources({
+    "LAKEHOUSE_ROOT": "/tmp/l",
+    "LANDING_ROOT": "s3://landing/in",
+    "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+})
+landing, spark = resources["landing"], resources["spark"]
+assert isinstance(landing, S3LandingZone) and landing.root == "s3://landing/in"
+assert isinstance(spark, S3Spark) and spark.s3 == landing.s3
 """
     subprocess.run([sys.executable, "-c", script], cwd=PROJECT_ROOT, check=True)

@@ -281,7 +281,7 @@ class SubjectIngest:
         if self.spark is not None:
             from assets.telemetry.on_spark import SparkRows
 
-            yield SparkRows(self.spark, self.landing.root, latest)
+            yield SparkRows(self.spark, self.landing, latest)
             return
         with tempfile.TemporaryDirectory(prefix="telemetry-ingest-") as parking:
             yield EmbeddedRows(parking, latest)

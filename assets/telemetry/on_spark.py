@@ -14,19 +14,19 @@ import datetime as dt
 import hashlib
 import json
 import math
-import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from pyarrow.fs import FileSystem
 
 from assets import source_files
 from assets.source_files import Problem
 from assets.telemetry import control, report_files
 from assets.telemetry.reconcile import COUNTS
 from assets.telemetry.report_files import Parsed, ReportFileError, parse_report, unreadable
-from resources import Lakehouse
+from resources import Lakehouse, LandingZone
 from resources.lakehouse.frames import frame_from_arrow
 from resources.lakehouse.predicates import Predicate, all_of, any_of, eq, half_open
 
@@ -67,9 +67,9 @@ class SparkRows:
     parses them, checking they are the ones planned. The parsed rows stay on the
     executors (checkpointed) until the commit writes the applied ones."""
 
-    def __init__(self, lakehouse: Lakehouse, landing_root: str, latest: dt.datetime) -> None:
+    def __init__(self, lakehouse: Lakehouse, landing: LandingZone, latest: dt.datetime) -> None:
         self.lakehouse = lakehouse
-        self.root = landing_root
+        self.files = landing.arrow_filesystem()
         self.latest = latest
         self._planned: list[Planned] = []
         self._staged: DataFrame | None = None
@@ -102,11 +102,11 @@ class SparkRows:
                 "old_lines": [p.old_lines for p in self._planned],
             }
         )
-        root, latest = self.root, self.latest
+        files, latest = self.files, self.latest
         self._staged = (
             frame_from_arrow(spark, tasks)
             .repartitionByRange(parts, "part")
-            .mapInArrow(lambda batches: parse_files(batches, root, latest), PARSED_COLUMNS)
+            .mapInArrow(lambda batches: parse_files(batches, files, latest), PARSED_COLUMNS)
             .localCheckpoint()
         )
         outcomes = (
@@ -130,19 +130,24 @@ class SparkRows:
 
 
 def parse_files(
-    batches: Iterable[pa.RecordBatch], root: str, latest: dt.datetime
+    batches: Iterable[pa.RecordBatch], files: tuple[FileSystem, str], latest: dt.datetime
 ) -> Iterator[pa.RecordBatch]:
-    """On an executor: parse each planned change of `batches` (PARSED_COLUMNS)."""
+    """On an executor: parse each planned change of `batches` (PARSED_COLUMNS), reading
+    the files from `files` (a pyarrow file system and the landing root's path in it)."""
     for batch in batches:
         for task in batch.to_pylist():
-            yield from _parse_file(task, root, latest)
+            yield from _parse_file(task, files, latest)
 
 
-def _parse_file(task: dict, root: str, latest: dt.datetime) -> Iterator[pa.RecordBatch]:
+def _parse_file(
+    task: dict, files: tuple[FileSystem, str], latest: dt.datetime
+) -> Iterator[pa.RecordBatch]:
     source, end = task["source"], task["end_byte"]
+    filesystem, root = files
     try:
-        with open(os.path.join(root, source), "rb") as file:
-            content = file.read(end)
+        # The planned bytes only: on an object store, one ranged request.
+        with filesystem.open_input_file(f"{root}/{source}") as file:
+            content = file.read_at(end, 0) if end else b""
     except OSError as error:
         yield _outcome_row(source, {"problems": [[None, unreadable(error)]]})
         return

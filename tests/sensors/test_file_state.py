@@ -272,3 +272,23 @@ def test_a_folder_made_after_the_first_tick_is_followed(tick, landing):
     assert [r.partition_key for r in second.run_requests] == ["b1"]
     (events / "b2.jsonl").write_text("{}\n")
     assert [r.partition_key for r in tick(second.cursor).run_requests] == ["b2"]
+
+
+def test_a_state_table_from_before_entity_tags_is_read_and_gains_the_column(
+    tick, land, landing, restart
+):
+    """Upgraded from a release whose `sensor_files` had no `etag`: its rows are read as
+    they are, and the next write adds the column (earlier rows have it null)."""
+    land("b1")
+    first = tick(None)
+    lakehouse = sensor_resources(landing)["lakehouse"].in_process()
+    old_rows = lakehouse.read_arrow(file_state.TABLE).drop_columns(["etag"])
+    lakehouse.overwrite(file_state.TABLE, old_rows, metadata={}, replace_schema=True)
+    assert "etag" not in lakehouse.read_arrow(file_state.TABLE).column_names
+    restart()
+    cursor = json.dumps({**json.loads(first.cursor), "state_version": state_version(landing)})
+    land("b2")
+    second = tick(cursor)
+    assert [r.partition_key for r in second.run_requests] == ["b2"]
+    assert "etag" in lakehouse.read_arrow(file_state.TABLE).column_names
+    assert {r["path"] for r in state_rows(landing)} >= {"events/b1.jsonl", "events/b2.jsonl"}

@@ -23,7 +23,7 @@ from telemetry_history import (
 )
 
 from assets.telemetry import TelemetrySettings, control
-from resources import Lakehouse
+from resources import Lakehouse, LandingZone
 
 SUBJECTS = ["Tool01", 'Tool 02 "west"']
 FILES = history(SUBJECTS, files_per_subject=6, rows_per_file=40)
@@ -36,6 +36,15 @@ def engine(request) -> str:
     # The deployment's engine is delta-rs: the embedded path writes through it, the Spark
     # path through delta-spark (TelemetrySettings.compute decides, not the engine).
     return request.param
+
+
+@pytest.fixture(params=["local", "s3"])
+def landing(request, tmp_path) -> LandingZone:
+    """The files on a local disk, and in a bucket (read with ranged requests there)."""
+    if request.param == "s3":
+        return request.getfixturevalue("s3_landing")
+    (tmp_path / "landing").mkdir()
+    return LandingZone(root=str(tmp_path / "landing"))
 
 
 def _deployments(tmp_path, spark, landing) -> dict[str, Deployment]:

@@ -1,0 +1,134 @@
+"""A landing zone in a bucket of a real S3 server (moto's, on loopback)."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+import pytest
+import servers
+
+from resources.landing import LandingFileError
+from resources.s3_landing import S3LandingZone
+
+
+@pytest.fixture
+def bucket(s3_endpoint: str) -> str:
+    name = f"landing-{uuid.uuid4().hex[:12]}"
+    servers.create_bucket(s3_endpoint, name)
+    return name
+
+
+@pytest.fixture
+def client(s3_endpoint: str):
+    return servers.s3_client(s3_endpoint)
+
+
+@pytest.fixture
+def zone(bucket, s3_storage) -> S3LandingZone:
+    # Two keys a page: every listing below takes several requests.
+    return S3LandingZone(root=f"s3://{bucket}/in", s3=s3_storage, page_size=2)
+
+
+def put(client, bucket: str, path: str, body: bytes) -> None:
+    client.put_object(Bucket=bucket, Key=f"in/{path}", Body=body)
+
+
+def test_a_paged_listing_names_every_file_but_writers_work_in_progress(zone, client, bucket):
+    for name in ("a.jsonl", "b.jsonl", "c.jsonl", ".d.jsonl.tmp", "_e.jsonl", "f.csv"):
+        put(client, bucket, f"visits/date=2024-01-01/{name}", b"{}\n")
+    put(client, bucket, "visits/_temporary/0/g.jsonl", b"{}\n")
+    put(client, bucket, "visits/date=2024-01-02/sub/h.jsonl", b"{}\n")
+    put(client, bucket, "visits-other/i.jsonl", b"{}\n")  # beside the folder, not in it
+    put(client, bucket, "visits/date=2024-01-01/", b"")  # a console's folder marker
+    listed = zone.list("visits", suffix=".jsonl")
+    assert [s.path for s in listed] == [
+        "visits/date=2024-01-01/a.jsonl",
+        "visits/date=2024-01-01/b.jsonl",
+        "visits/date=2024-01-01/c.jsonl",
+        "visits/date=2024-01-02/sub/h.jsonl",
+    ]
+    assert all(s.size == 3 and s.etag and s.mtime_ns > 0 for s in listed)
+    assert [s.path for s in zone.list("visits/date=2024-01-02", recursive=False)] == []
+    assert zone.stat("visits/date=2024-01-01/a.jsonl") == listed[0]
+    assert zone.stat("visits/date=2024-01-01/a.json") is None
+    assert zone.exists("visits/date=2024-01-01/b.jsonl")
+    assert zone.list("nothing-here") == []
+
+
+def test_a_replaced_object_of_the_same_size_and_second_is_seen_by_its_entity_tag(
+    zone, client, bucket
+):
+    put(client, bucket, "t/a.csv", b"one\n")
+    [before] = zone.list("t")
+    first = zone.fingerprint(before)
+    put(client, bucket, "t/a.csv", b"two\n")
+    [after] = zone.list("t")
+    assert after.size == before.size and after.etag != before.etag
+    # The known fingerprint is reused only while size, time and tag all hold.
+    assert zone.fingerprint(before, {before.path: first}) is first
+    again = zone.fingerprint(after, {after.path: first})
+    assert again.sha256 == hashlib.sha256(b"two\n").hexdigest()
+
+
+def test_reads_take_the_bytes_and_the_listings_facts(zone, client, bucket):
+    content = b"ts,in_spec\n2024-05-01T00:00:00Z,1\n2024-05"
+    put(client, bucket, "telemetry/Tool01/a.csv", content)
+    landed = zone.read("telemetry/Tool01/a.csv", prefixes=lambda c: [11, c.rfind(b"\n") + 1])
+    [listed] = zone.list("telemetry")
+    assert landed.content == content
+    assert landed.fingerprint == (
+        listed.path,
+        listed.size,
+        listed.mtime_ns,
+        hashlib.sha256(content).hexdigest(),
+        listed.etag,
+    )
+    assert landed.prefix_sha256 == {n: hashlib.sha256(content[:n]).hexdigest() for n in (11, 34)}
+    assert zone.head("telemetry/Tool01/a.csv", 10) == content[:10]  # a ranged request
+    put(client, bucket, "telemetry/Tool01/empty.csv", b"")
+    assert zone.head("telemetry/Tool01/empty.csv") == b""
+    with pytest.raises(FileNotFoundError):
+        zone.read("telemetry/Tool01/gone.csv")
+
+
+def test_paths_cannot_leave_the_landing_zone(zone):
+    with pytest.raises(ValueError, match="leaves the landing zone"):
+        zone.read("../outside.jsonl")
+    with pytest.raises(ValueError, match="leaves the landing zone"):
+        zone.stat("visits/../../outside.jsonl")
+
+
+def test_spark_and_executors_reach_the_same_objects(zone, client, bucket):
+    put(client, bucket, "visits/date=2024-01-01/a.jsonl", b'{"a": 1}\n')
+    assert zone.spark_path("visits/date=2024-01-01/a.jsonl") == (
+        f"s3a://{bucket}/in/visits/date=2024-01-01/a.jsonl"
+    )
+    assert zone.spark_root == f"s3a://{bucket}/in/"
+    filesystem, root = zone.arrow_filesystem()
+    with filesystem.open_input_file(f"{root}/visits/date=2024-01-01/a.jsonl") as file:
+        assert file.read_at(4, 0) == b'{"a"'
+    with pytest.raises(TypeError, match="no local path"):
+        zone.absolute("visits")
+
+
+def test_an_unreadable_object_is_named(zone, s3_storage):
+    elsewhere = S3LandingZone(root="s3://no-such-bucket-here/in", s3=s3_storage)
+    with pytest.raises(LandingFileError, match="a.csv: cannot be read"):
+        elsewhere.read("a.csv")
+
+
+def test_objects_are_hashed_side_by_side_and_one_replaced_since_its_listing_waits(
+    zone, client, bucket, caplog
+):
+    for i in range(5):
+        put(client, bucket, f"events/b{i}.jsonl", f"{i}\n".encode())
+    listed = zone.list("events")
+    put(client, bucket, "events/b3.jsonl", b"changed\n")  # after the listing
+    prints = zone.fingerprints(listed)
+    assert sorted(prints) == [f"events/b{i}.jsonl" for i in (0, 1, 2, 4)]
+    assert all(prints[s.path].etag == s.etag for s in listed if s.path in prints)
+    assert "events/b3.jsonl skipped: cannot be read (events/b3.jsonl: replaced since" in caplog.text
+    now = zone.stat("events/b3.jsonl")
+    assert now is not None
+    assert zone.fingerprints([now])[now.path].sha256 == hashlib.sha256(b"changed\n").hexdigest()
