@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.data/dagster
 
-.PHONY: setup instance demo test test-connect test-slow dev sql bench bench-cluster soak lint clean cluster spark-connect cluster-down stack stack-down
+.PHONY: setup instance demo test test-connect test-slow dev sql bench bench-cluster soak lint clean cluster spark-connect cluster-down stack stack-down stack-demo
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -122,6 +122,11 @@ stack: setup
 
 stack-down:
 	$(PY) platform/stack.py down
+
+# The demo on the stack `make stack` brought up: its files land in the stack's bucket, its
+# runs go to the stack's daemon and cluster, its tables into the stack's object store.
+stack-demo: setup
+	set -a && source .data/stack/env && set +a && $(PY) -u -m demo
 
 cluster-down:
 	$(PY) platform/spark_cluster.py down

@@ -29,7 +29,8 @@ import dagster as dg  # noqa: E402
 
 from demo.dates import DemoDates, default_start  # noqa: E402
 from demo.generate import write_initial_files  # noqa: E402
-from resources import Lakehouse, SparkResource  # noqa: E402
+from demo.landing_files import LandingFiles  # noqa: E402
+from resources import Lakehouse, LandingZone, SparkResource  # noqa: E402
 
 DEFINITIONS = PROJECT_ROOT / "platform" / "definitions.py"
 
@@ -79,7 +80,7 @@ def main() -> None:
     days = [day.isoformat() for day in demo_days]
     with tempfile.TemporaryDirectory(prefix="bench-backfill-") as scratch:
         landing = Path(scratch) / "landing"
-        write_initial_files(landing, demo_days)
+        write_initial_files(LandingFiles(LandingZone(root=str(landing))), demo_days)
         per_day_env = environment(Path(scratch) / "per_day", landing, args.engine)
         one_run_env = environment(Path(scratch) / "one_run", landing, args.engine)
 

@@ -22,7 +22,12 @@ five ticks in a row, each finding its own new files from the cursor the tick bef
 stored; the median of the five. (The first tick of a process lists every file and reads
 the state from its table: it is the set-up here, not a measured tick.)
 
-Run: `.venv/bin/python benchmarks/sensors.py [--small 1000] [--large 100000] [--new 100]`.
+With `--object-store N`, the visits sensor's tick again with the files in a bucket of an
+S3 server (moto's, started on loopback), among `--small` and N known objects: there a
+tick lists the bucket's folder whole, one request per 1,000 keys (no notifications).
+
+Run: `.venv/bin/python benchmarks/sensors.py [--small 1000] [--large 100000] [--new 100]
+[--object-store 20000]`.
 """
 
 import argparse
@@ -145,16 +150,21 @@ def tick_cost(
     known: int,
     new: int,
     after_tick: Callable[[dict, list[str]], None] | None,
+    bucket: Callable[[Path, list[str]], LandingZone] | None = None,
 ) -> tuple[float, int]:
     """Seconds of a tick finding `new` files among `known` (median of REPEATS ticks in a
     row), and the runs the last one requested. `after_tick` (the work of the runs a tick
-    asked for) is given the files each tick found, and is not timed."""
+    asked for) is given the files each tick found, and is not timed. With `bucket`, the
+    files written are put into a bucket, whose landing zone it gives."""
     work = Path(tempfile.mkdtemp(prefix="bench-sensors-"))
     try:
         landing_root = work / "landing"
         found = [write(landing_root, index) for index in range(known)]
+        landing = LandingZone(root=str(landing_root))
+        if bucket is not None:
+            landing = bucket(landing_root, found)
         resources = {
-            "landing": LandingZone(root=str(landing_root)),
+            "landing": landing,
             "lakehouse": Lakehouse(root=str(work / "lakehouse"), spark=SparkResource()),
             "telemetry_settings": TelemetrySettings(),
         }
@@ -168,6 +178,8 @@ def tick_cost(
                 write(landing_root, index, new=True)
                 for index in range(known + repeat * new, known + (repeat + 1) * new)
             ]
+            if bucket is not None:
+                bucket(landing_root, found)
             started = time.perf_counter()
             result = evaluate_tick(sensor, instance, cursor, resources)
             seconds.append(time.perf_counter() - started)
@@ -192,6 +204,7 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=100)
     parser.add_argument("--small-days", type=int, default=100)
     parser.add_argument("--large-days", type=int, default=900)
+    parser.add_argument("--object-store", type=int, default=0, metavar="LARGE")
     args = parser.parse_args()
     cases = [
         ("visits_late_files", visits_late_files, visit_file, args.small, args.large, args.new),
@@ -219,6 +232,39 @@ def main() -> None:
             f"large / small = {large_tick / small_tick:.2f} (bounds: 2 s, 1.5)",
             flush=True,
         )
+    if args.object_store:
+        object_store_ticks(args.small, args.object_store, args.new)
+
+
+def object_store_ticks(small: int, large: int, new: int) -> None:
+    """The visits sensor's tick with its files in a bucket of moto's S3 server."""
+    import servers
+
+    from resources.s3_landing import S3LandingZone
+
+    with servers.s3_server() as endpoint:
+        client, storage = servers.s3_client(endpoint), servers.s3_storage(endpoint)
+        names = iter(range(1_000_000))
+
+        def bucket_for() -> Callable[[Path, list[str]], LandingZone]:
+            name = f"bench-{next(names)}"
+            client.create_bucket(Bucket=name)
+
+            def put(root: Path, paths: list[str]) -> LandingZone:
+                for path in paths:
+                    client.put_object(Bucket=name, Key=path, Body=(root / path).read_bytes())
+                return S3LandingZone(root=f"s3://{name}", s3=storage)
+
+            return put
+
+        small_tick, _ = tick_cost(visits_late_files, visit_file, small, new, None, bucket_for())
+        large_tick, _ = tick_cost(visits_late_files, visit_file, large, new, None, bucket_for())
+    print(
+        f"  {'visits_late_files (S3)':24s} {new:4d} new among {small:7,d}: {small_tick:6.2f} s; "
+        f"among {large:7,d}: {large_tick:6.2f} s; large / small = "
+        f"{large_tick / small_tick:.2f} (a full paged listing at every tick)",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

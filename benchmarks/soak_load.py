@@ -67,7 +67,7 @@ class Visits:
             return "visits: a file appended to"
         day = self.rng.choice(self.days)
         visits = _visits(day, self.parts, 40, self.rng)
-        path = day_folder(self.landing, day) / f"part-{self.parts}.jsonl"
+        path = self.landing / day_folder(day) / f"part-{self.parts}.jsonl"
         self._write(path, visits)
         self.files[path] = visits
         return "visits: a new file"

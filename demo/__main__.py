@@ -33,6 +33,7 @@ from demo import catalog, database, telemetry, updates, warehouse
 from demo.dagster_dev import Dagster, DemoError, attach_or_start
 from demo.dates import CHECKSUMS_FILE, START_FILE, DemoDates, demo_dates
 from demo.generate import write_initial_files, write_late_files
+from demo.landing_files import LandingFiles
 from demo.report import checksum, compare_with_previous
 from demo.runs import materializations
 from resources.jvm_output import stderr_to
@@ -116,13 +117,13 @@ def run_demo(
 ) -> int:
     lakehouse, landing = resources["lakehouse"], resources["landing"]
     instance = dagster.instance
-    landing_root = Path(landing.root)
+    files = LandingFiles(landing)
     print(f"Dagster instance: {os.environ.get('DAGSTER_HOME')}")
     if dagster.started:
         print(f"Dagster:          {dagster.url} (`dagster dev` started for the demo)")
     else:
         print(f"Dagster:          {dagster.url} (the `make dev` already up does the work)")
-    print(f"Landing zone:     {landing_root}")
+    print(f"Landing zone:     {landing.root}")
     print(f"Lakehouse:        {lakehouse.root} (engine {lakehouse.engine})")
     print(f"Demo data from:   {dates.start} (kept in {checksums_file.parent / START_FILE})\n")
 
@@ -130,9 +131,9 @@ def run_demo(
     sensor = [visits_late_files.name]
     since = since_start = time.time()
     days = dates.visit_days
-    files = write_initial_files(landing_root, days)
+    landed_files = write_initial_files(files, days)
     weeks = sorted({week_start(d) for d in days})
-    print(f"1. Landed {files} visit files for {len(days)} days ({days[0]} .. {days[-1]}),")
+    print(f"1. Landed {landed_files} visit files for {len(days)} days ({days[0]} .. {days[-1]}),")
     print(f"   three of them delivered twice. The {sensor[0]} sensor finds the new days ...")
     launched = dagster.settle(sensor, since)
     print(f"   It launched {len(launched)} run(s) in {time.time() - since:.0f} s:")
@@ -145,11 +146,9 @@ def run_demo(
     )
 
     landed, since = since, time.time()
-    late = write_late_files(landing_root, days)
-    print(
-        "2. Late delivery: " + ", ".join(Path(p).relative_to(landing_root).as_posix() for p in late)
-    )
-    print("   (plus one unchanged file re-notified)")
+    late = write_late_files(files, days)
+    print("2. Late delivery: " + ", ".join(late))
+    print("   (plus one unchanged file delivered again)")
     launched = dagster.settle(sensor, since)
     # One wait for the weeks of both deliveries: automation builds them while the late
     # days run, and again for the weeks those days change.

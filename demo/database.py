@@ -11,9 +11,7 @@ import datetime as dt
 import decimal
 import json
 import random
-import shutil
 import textwrap
-from pathlib import Path
 
 import dagster as dg
 
@@ -22,6 +20,7 @@ from assets.immutable.proxy import current_snapshot, manifest_entries
 from assets.updates.change_files import CATALOG_COLUMNS
 from demo.dagster_dev import Dagster, Launched
 from demo.dates import DemoDates
+from demo.landing_files import LandingFiles
 from demo.report import checksum
 from demo.runs import run_job
 from resources.lakehouse.predicates import is_in
@@ -49,10 +48,10 @@ def _payments(day: dt.date, rng: random.Random) -> list[dict]:
     return rows
 
 
-def _write(landing: Path, day: dt.date, name: str, rows: list[dict]) -> None:
-    folder = landing / day_folder(day)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+def _write(landing: LandingFiles, day: dt.date, name: str, rows: list[dict]) -> None:
+    landing.write(
+        f"{day_folder(day)}/{name}", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+    )
 
 
 def _typed(row: dict) -> tuple:
@@ -63,18 +62,18 @@ def _typed(row: dict) -> tuple:
 
 
 def run_payments(defs, resources, instance, payment_days: list[dt.date]) -> dict[str, str]:
-    landing_root, lakehouse = Path(resources["landing"].root), resources["lakehouse"]
-    shutil.rmtree(landing_root / "payments", ignore_errors=True)
+    files, lakehouse = LandingFiles(resources["landing"]), resources["lakehouse"]
+    files.remove_folder("payments")
     rng = random.Random(21)
     delivered = {day: _payments(day, rng) for day in payment_days}
     for day, rows in delivered.items():
-        _write(landing_root, day, "batch-1.jsonl", rows)
+        _write(files, day, "batch-1.jsonl", rows)
     # Day two again, as another file (the same payments, amounts spelled "12.5"):
     # a replay, which must insert nothing.
     replay = [
         {**r, "amount": r["amount"].rstrip("0").rstrip(".")} for r in delivered[payment_days[1]]
     ]
-    _write(landing_root, payment_days[1], "batch-1.redelivered.jsonl", replay)
+    _write(files, payment_days[1], "batch-1.redelivered.jsonl", replay)
     days = [d.isoformat() for d in payment_days]
     print(
         f"6. Payments: {sum(map(len, delivered.values()))} payments over {len(days)} days "
@@ -85,7 +84,7 @@ def run_payments(defs, resources, instance, payment_days: list[dt.date]) -> dict
     run_job(defs, "payments_job", days, resources=resources, instance=instance, tags=tags)
     # A replay that changes a payment: refused, naming the key; nothing of the day lands.
     changed = {**delivered[payment_days[2]][0], "amount": "1.00"}
-    _write(landing_root, payment_days[2], "batch-2.jsonl", [changed])
+    _write(files, payment_days[2], "batch-2.jsonl", [changed])
     refused = run_job(
         defs,
         "payments_job",
@@ -104,7 +103,7 @@ def run_payments(defs, resources, instance, payment_days: list[dt.date]) -> dict
     )
     for line in [line.split(": ", 1)[-1] for line in lines[:1]] + lines[1:]:
         print(textwrap.fill(line.strip(), width=96, initial_indent="   ", subsequent_indent="   "))
-    (landing_root / day_folder(payment_days[2]) / "batch-2.jsonl").unlink()
+    files.remove(f"{day_folder(payment_days[2])}/batch-2.jsonl")
     stored = lakehouse.read_arrow(
         "payments",
         columns=["idempotency_key", "account_id", "amount", "currency", "created_at"],

@@ -9,10 +9,10 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from assets.telemetry import control
 from demo.dagster_dev import Dagster
+from demo.landing_files import LandingFiles
 from demo.report import checksum
 from demo.runs import materializations
 from sensors import telemetry_files
@@ -47,10 +47,8 @@ def _report(subject: str, index: int, first_hour: dt.datetime, rng: random.Rando
     return Report(subject, index, start, tuple(lines), (sums[0], sums[1], sums[2]))
 
 
-def _write(landing_root: Path, report: Report, lines: int | None = None) -> None:
-    path = landing_root / report.path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(HEADER + b"".join(report.lines[:lines]))
+def _write(files: LandingFiles, report: Report, lines: int | None = None) -> None:
+    files.write(report.path, HEADER + b"".join(report.lines[:lines]))
 
 
 def land_and_settle(dagster: Dagster, write: Callable[[], None]) -> None:
@@ -83,7 +81,7 @@ def run(dagster: Dagster, resources: dict, first_hour: dt.datetime) -> dict[str,
     grown = next(r for r in reports if r.subject == "Tool01" and r.index == FILES_PER_SUBJECT - 1)
     first_wave = [r for r in reports if r not in stragglers]
     random.Random(12).shuffle(first_wave)
-    landing_root = Path(resources["landing"].root)
+    files = LandingFiles(resources["landing"])
     lakehouse = resources["lakehouse"]
 
     print(
@@ -94,7 +92,7 @@ def run(dagster: Dagster, resources: dict, first_hour: dt.datetime) -> dict[str,
 
     def first() -> None:
         for report in first_wave:
-            _write(landing_root, report, ROWS_PER_FILE // 2 if report is grown else None)
+            _write(files, report, ROWS_PER_FILE // 2 if report is grown else None)
 
     land_and_settle(dagster, first)
 
@@ -103,9 +101,9 @@ def run(dagster: Dagster, resources: dict, first_hour: dt.datetime) -> dict[str,
 
     def second() -> None:
         for report in stragglers:
-            _write(landing_root, report)
-        _write(landing_root, grown)
-        _write(landing_root, first_wave[0])  # the same bytes again: no work
+            _write(files, report)
+        _write(files, grown)
+        _write(files, first_wave[0])  # the same bytes again: no work
 
     land_and_settle(dagster, second)
     print("   The sensor's next tick asked for nothing.\n")

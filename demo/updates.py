@@ -10,9 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
-import shutil
 import time
-from pathlib import Path
 
 from assets.updates.change_files import (
     CATALOG_COLUMNS,
@@ -21,6 +19,7 @@ from assets.updates.change_files import (
     devices_cdc_path,
 )
 from demo.dagster_dev import Dagster, Launched
+from demo.landing_files import LandingFiles
 from demo.report import checksum
 from sensors import change_files
 
@@ -54,17 +53,15 @@ def _catalog_day(day: dt.date, rng: random.Random, *, corrected: bool = False) -
     return rows
 
 
-def _write_cdc(landing: Path, day: dt.date, lines) -> None:
-    path = landing / devices_cdc_path(day)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _write_cdc(files: LandingFiles, day: dt.date, lines) -> None:
     body = "".join(f"{t};{n};{v};{str(d).lower()}\n" for t, n, v, d in lines)
-    path.write_text("type;full_name;version;is_deleted\n" + body, encoding="utf-8")
+    files.write(devices_cdc_path(day), "type;full_name;version;is_deleted\n" + body)
 
 
-def _write_catalog(landing: Path, day: dt.date, rows: list[dict]) -> None:
-    path = landing / device_catalog_path(day)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+def _write_catalog(files: LandingFiles, day: dt.date, rows: list[dict]) -> None:
+    files.write(
+        device_catalog_path(day), "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+    )
 
 
 def expected_devices(days: dict[dt.date, list]) -> set[tuple[str, str, str]]:
@@ -104,17 +101,17 @@ def show(launched: list[Launched], what: str) -> None:
 def run(dagster: Dagster, resources: dict, days: list[dt.date]) -> dict[str, str]:
     """Prints its part of the report; returns each table's content checksum (or "MISMATCH").
     The third of `days` is corrected late."""
-    landing_root, lakehouse = Path(resources["landing"].root), resources["lakehouse"]
+    files, lakehouse = LandingFiles(resources["landing"]), resources["lakehouse"]
     sensor = [change_files.name]
     rng = random.Random(11)
     cdc = {day: _cdc_day(day, rng) for day in days}
     catalog = {day: _catalog_day(day, rng) for day in days}
     since = time.time()
     for folder in ("devices_cdc", "device_catalog"):
-        shutil.rmtree(landing_root / folder, ignore_errors=True)
+        files.remove_folder(folder)
     for day in days:
-        _write_cdc(landing_root, day, cdc[day])
-        _write_catalog(landing_root, day, catalog[day])
+        _write_cdc(files, day, cdc[day])
+        _write_catalog(files, day, catalog[day])
     print(
         f"5. Updates: {len(days)} days of devices_cdc/*.csv and device_catalog/*.jsonl "
         f"({days[0]} .. {days[-1]})."
@@ -123,7 +120,7 @@ def run(dagster: Dagster, resources: dict, days: list[dt.date]) -> dict[str, str
     corrected = days[2]
     catalog[corrected] = _catalog_day(corrected, random.Random(99), corrected=True)
     since = time.time()
-    _write_catalog(landing_root, corrected, catalog[corrected])
+    _write_catalog(files, corrected, catalog[corrected])
     print(f"   A corrected {device_catalog_path(corrected)} lands late ...")
     show(dagster.settle(sensor, since), "restores the day before, merges it and the days after")
     checksums = {}

@@ -13,16 +13,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
-import shutil
 import time
 from collections import Counter
-from pathlib import Path
 
 from assets.warehouse import enriched_runs
 from assets.warehouse.manifest import load_manifest
 from assets.warehouse.manifest.enriched import SUCCESS, run_folder
 from assets.warehouse.manifest.loader import DEFAULT_EVENT_TABLES, warehouse_table
 from demo.dagster_dev import Dagster
+from demo.landing_files import LandingFiles
 from demo.report import checksum
 from sensors import enriched_run_directories, event_batch_files
 
@@ -90,15 +89,15 @@ def expected_events(batches: dict[str, list[dict]]) -> set[tuple]:
 
 
 def run_events(dagster: Dagster, resources: dict, start: dt.datetime) -> dict[str, str]:
-    landing_root, lakehouse = Path(resources["landing"].root), resources["lakehouse"]
+    files, lakehouse = LandingFiles(resources["landing"]), resources["lakehouse"]
     batches = _batches(start, random.Random(31))
     since = time.time()
-    shutil.rmtree(landing_root / "events", ignore_errors=True)
-    (landing_root / "events").mkdir(parents=True)
+    files.remove_folder("events")
 
     def land(batch_id: str, rows: list[dict]) -> None:
-        path = landing_root / "events" / f"{batch_id}.jsonl"
-        path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        files.write(
+            f"events/{batch_id}.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+        )
 
     names = list(batches)
     print(
@@ -127,10 +126,9 @@ def run_events(dagster: Dagster, resources: dict, start: dt.datetime) -> dict[st
 
 
 def _write_run(
-    landing_root: Path, run_id: str, when: str, rng: random.Random, *, done: bool
+    files: LandingFiles, run_id: str, when: str, rng: random.Random, *, done: bool
 ) -> Counter:
-    folder = landing_root / run_folder(run_id)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = run_folder(run_id)
     kinds = Counter()
     lines = []
     for i in range(EVENTS_PER_RUN):
@@ -150,14 +148,14 @@ def _write_run(
             }
         )
         kinds[kind] += 1
-    (folder / "part-00000.json").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    files.write(f"{folder}/part-00000.json", "".join(json.dumps(e) + "\n" for e in lines))
     if done:
-        (folder / SUCCESS).write_text("")
+        files.write(f"{folder}/{SUCCESS}", "")
     return kinds
 
 
 def run_enriched(dagster: Dagster, resources: dict, start: dt.datetime) -> dict[str, str]:
-    landing_root, lakehouse = Path(resources["landing"].root), resources["lakehouse"]
+    files, lakehouse = LandingFiles(resources["landing"]), resources["lakehouse"]
     instance = dagster.instance
     sensor = [enriched_run_directories.name]
     rng = random.Random(41)
@@ -165,9 +163,9 @@ def run_enriched(dagster: Dagster, resources: dict, start: dt.datetime) -> dict[
     when = f"{start + dt.timedelta(hours=1):%Y-%m-%dT%H:%M:%SZ}"
     expected: Counter = Counter()
     since = time.time()
-    shutil.rmtree(landing_root / "enriched", ignore_errors=True)
+    files.remove_folder("enriched")
     for index, run_id in enumerate(run_ids):
-        expected += _write_run(landing_root, run_id, when, rng, done=index < 2)
+        expected += _write_run(files, run_id, when, rng, done=index < 2)
     print(
         f"10. Enriched runs: {len(run_ids)} run directories, the last still being "
         "written (no _SUCCESS yet)."
@@ -180,7 +178,7 @@ def run_enriched(dagster: Dagster, resources: dict, start: dt.datetime) -> dict[
         f"waits{earlier}."
     )
     since = time.time()
-    (landing_root / run_folder(run_ids[-1]) / SUCCESS).write_text("")
+    files.write(f"{run_folder(run_ids[-1])}/{SUCCESS}", "")
     print(f"    Its _SUCCESS lands: {len(dagster.settle(sensor, since))} more run(s).")
     states = Counter(r.state for r in load_manifest.read(lakehouse, run_ids).values())
     loaded = {

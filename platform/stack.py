@@ -6,7 +6,8 @@ stops it.
 
 `up` starts, each a real server by its pid, logging under `.data/stack/`:
 - an S3-compatible object store (s3proxy, `demo/servers.py`), whose bucket `lakehouse`
-  holds the tables (LAKEHOUSE_ROOT=s3://lakehouse);
+  holds the tables (LAKEHOUSE_ROOT=s3://lakehouse) and whose bucket `landing` is where
+  source files land (LANDING_ROOT=s3://landing);
 - Postgres, with a database `dagster` for the instance (runs, event logs, schedules:
   `platform/instance.py`) and `metastore` for the SQL catalog (LAKEHOUSE_METASTORE_URL);
 - a Spark standalone cluster, a master and two workers (`platform/spark_cluster.py`), with
@@ -17,8 +18,8 @@ stops it.
 
 The variables that point a shell at it (`dagster`, `make sql`, a run by hand) are
 printed and written to `.data/stack/env`; a deployment sets the same variables to its
-own services (README, "Settings"). Files land in `.data/stack/landing`. Everything is
-stopped on the way out, the servers last, also when a part failed to start.
+own services (README, "Settings"). Everything is stopped on the way out, the servers
+last, also when a part failed to start.
 Run as a script (`platform/` is not a package: `platform` is a stdlib module name).
 """
 
@@ -50,7 +51,7 @@ from resources.spark_server import (  # noqa: E402
 
 STATE = PROJECT_ROOT / ".data" / "stack"
 ACCESS_KEY, SECRET_KEY, REGION = "stack", "stack-secret", "us-east-1"
-BUCKET = "lakehouse"
+BUCKET, LANDING_BUCKET = "lakehouse", "landing"
 DATABASES = ("dagster", "metastore")
 
 
@@ -58,7 +59,7 @@ def _interrupted(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _bucket(endpoint: str) -> None:
+def _buckets(endpoint: str) -> None:
     store = pafs.S3FileSystem(
         access_key=ACCESS_KEY,
         secret_key=SECRET_KEY,
@@ -67,8 +68,9 @@ def _bucket(endpoint: str) -> None:
         scheme="http",
         allow_bucket_creation=True,
     )
-    if store.get_file_info(BUCKET).type == pafs.FileType.NotFound:
-        store.create_dir(BUCKET)
+    for bucket in (BUCKET, LANDING_BUCKET):
+        if store.get_file_info(bucket).type == pafs.FileType.NotFound:
+            store.create_dir(bucket)
 
 
 @contextmanager
@@ -94,7 +96,7 @@ def up(state: Path) -> None:
         endpoint = stack.enter_context(
             object_store(state / "s3", free_port(), ACCESS_KEY, SECRET_KEY)
         )
-        _bucket(endpoint)
+        _buckets(endpoint)
         server_url = stack.enter_context(postgres(state / "postgres", free_port()))
         create_databases(server_url, DATABASES)
         base = server_url.rsplit("/", 1)[0]
@@ -106,7 +108,7 @@ def up(state: Path) -> None:
             "AWS_REGION": REGION,
             "AWS_ALLOW_HTTP": "true",
             "LAKEHOUSE_ROOT": f"s3://{BUCKET}",
-            "LANDING_ROOT": str(state / "landing"),
+            "LANDING_ROOT": f"s3://{LANDING_BUCKET}",
             POSTGRES_URL: f"{base}/dagster",
             # Postgres stores a run's events in batches (Dagster's opt-in): a 364-day range
             # run took 19 s with it against 28 s without (benchmarks/run_cost.py).
@@ -114,7 +116,6 @@ def up(state: Path) -> None:
             METASTORE_URL_ENV: f"jdbc:postgresql://{host}/metastore?user=postgres",
             "DAGSTER_HOME": str(state / "dagster"),
         }
-        Path(env["LANDING_ROOT"]).mkdir(parents=True, exist_ok=True)
         cluster, server = stack.enter_context(_cluster(state / "spark", env))
         env |= {REMOTE_ENV: server.remote, STATE_ENV: str(state / "spark" / "connect")}
         write_instance(Path(env["DAGSTER_HOME"]), env)
@@ -122,14 +123,17 @@ def up(state: Path) -> None:
             supervised_platform(PROJECT_ROOT, state / "dagster-processes", {**os.environ, **env})
         )
         wait_until_serving(platform)
+        env["DAGSTER_WEBSERVER_URL"] = platform.url  # where `make stack-demo` hands its files
         (state / "env").write_text("".join(f"export {k}={v}\n" for k, v in env.items()))
         print(f"The production profile is up on 127.0.0.1 in {time.monotonic() - started:.0f} s:")
         print(f"  Dagster UI:     {platform.url} (webserver, daemon, code server: supervised)")
-        print(f"  object store:   {endpoint} (s3proxy; the tables in s3://{BUCKET})")
+        print(
+            f"  object store:   {endpoint} (s3proxy; the tables in s3://{BUCKET}, "
+            f"files land in s3://{LANDING_BUCKET})"
+        )
         print(f"  Postgres:       {base} (databases: {', '.join(DATABASES)})")
         print(f"  Spark cluster:  {cluster['master_url']} (UI {cluster['master_ui']})")
         print(f"  long-lived Spark: {server.remote}; SQL over JDBC: {server.jdbc}")
-        print(f"  landing zone:   {env['LANDING_ROOT']}")
         print(f"  variables:      source {state / 'env'}")
         print(f"  logs:           {state}; stop with Ctrl-C or `make stack-down`")
         sys.stdout.flush()

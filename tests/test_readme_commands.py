@@ -19,7 +19,8 @@ from assets.overwriting.data_overwrite import VISITS_DAILY
 from assets.warehouse.manifest.load_manifest import LOAD_MANIFEST
 from demo.dates import DemoDates
 from demo.generate import write_initial_files
-from resources import Lakehouse
+from demo.landing_files import LandingFiles
+from resources import Lakehouse, LandingZone
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DOCS = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
@@ -79,7 +80,8 @@ def test_every_readme_cli_command_works_as_written(tmp_path, spark, spark_remote
     configs.mkdir()
     for name, body in readme_config_files().items():
         (configs / name).write_text(body)
-    write_initial_files(tmp_path / "landing", DemoDates(README_DEMO_START).visit_days)
+    landing = LandingFiles(LandingZone(root=str(tmp_path / "landing")))
+    write_initial_files(landing, DemoDates(README_DEMO_START).visit_days)
     home = tmp_path / "dagster_home"
     home.mkdir()
     lakehouse = Lakehouse(root=str(tmp_path / "lakehouse"), engine="delta-rs", spark=spark)

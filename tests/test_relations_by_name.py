@@ -26,6 +26,7 @@ from test_catalog import jdbc_query
 from assets.telemetry import control
 from assets.views import asset_relations
 from demo import database, updates, warehouse
+from demo.landing_files import LandingFiles
 from resources import Lakehouse, LandingZone
 from resources.catalog import BEELINE_PROMPT
 from resources.lakehouse.predicates import eq
@@ -47,16 +48,17 @@ def land_every_source(landing: Path) -> list:
         "".join(json.dumps(v) + "\n" for v in day_of_visits(DAY, 40))
     )
     rng = random.Random(5)
-    updates._write_cdc(landing, DAY, updates._cdc_day(DAY, rng))
-    updates._write_catalog(landing, DAY, updates._catalog_day(DAY, rng))
-    database._write(landing, DAY, "batch-1.jsonl", database._payments(DAY, rng))
+    files = LandingFiles(LandingZone(root=str(landing)))
+    updates._write_cdc(files, DAY, updates._cdc_day(DAY, rng))
+    updates._write_catalog(files, DAY, updates._catalog_day(DAY, rng))
+    database._write(files, DAY, "batch-1.jsonl", database._payments(DAY, rng))
     start = dt.datetime.combine(DAY, dt.time(), tzinfo=dt.UTC)
     events = warehouse._batches(start, rng)[BATCH]
     (landing / "events").mkdir(parents=True)
     (landing / "events" / f"{BATCH}.jsonl").write_text(
         "".join(json.dumps(event) + "\n" for event in events)
     )
-    warehouse._write_run(landing, ENRICHED_RUN, f"{start:%Y-%m-%dT%H:%M:%SZ}", rng, done=True)
+    warehouse._write_run(files, ENRICHED_RUN, f"{start:%Y-%m-%dT%H:%M:%SZ}", rng, done=True)
     return shuffled(history(SUBJECTS, 4, 30))
 
 

@@ -1,5 +1,5 @@
 """The production profile (`make stack`, platform/stack.py) as a user brings it up: the
-instance is on Postgres, a visits day landed reaches its table in the object store
+instance is on Postgres, a visits day landed in the bucket reaches its table in the object store
 through the sensor, the daemon and a run attached to the long-lived Spark on the
 cluster, and `down` leaves nothing of it running."""
 
@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import boto3
 import dagster as dg
 import psutil
 import pytest
@@ -54,10 +55,17 @@ def test_the_production_profile_comes_up_runs_a_day_and_goes_down(monkeypatch):
         cluster = json.loads((state / "spark" / "cluster.json").read_text())["pids"]
         processes = psutil.Process(up.pid).children(recursive=True)
         processes += [psutil.Process(pid) for pid in cluster]
-        landing = Path(env["LANDING_ROOT"]) / f"visits/date={DAY}"
-        landing.mkdir(parents=True)
-        (landing / "part-0.jsonl").write_text(
-            "".join(json.dumps(v) + "\n" for v in day_of_visits(DAY, 20))
+        assert env["LANDING_ROOT"] == "s3://landing"
+        boto3.client(
+            "s3",
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+            region_name=env["AWS_REGION"],
+        ).put_object(
+            Bucket="landing",
+            Key=f"visits/date={DAY}/part-0.jsonl",
+            Body="".join(json.dumps(v) + "\n" for v in day_of_visits(DAY, 20)).encode(),
         )
         for name, value in env.items():  # the instance reads its Postgres URL from them
             monkeypatch.setenv(name, value)

@@ -24,6 +24,8 @@ from support import instance_home
 from demo.dagster_dev import dagster_dev as start_dagster_dev
 from demo.dates import DemoDates, default_start
 from demo.generate import write_initial_files
+from demo.landing_files import LandingFiles
+from resources import LandingZone
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHOTS = PROJECT_ROOT / ".data" / "ui"
@@ -40,7 +42,7 @@ def environment(tmp_path_factory) -> dict[str, str]:
     work = tmp_path_factory.mktemp("ui")
     home = instance_home(work / "dagster_home")
     landing = work / "landing"
-    write_initial_files(landing, DAYS)
+    write_initial_files(LandingFiles(LandingZone(root=str(landing))), DAYS)
     # Only the three days backfilled below: the sensors (running in `dagster dev`) then
     # have nothing new to launch while the pages are looked at.
     for folder in (landing / "visits").iterdir():
