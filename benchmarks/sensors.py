@@ -23,8 +23,10 @@ stored; the median of the five. (The first tick of a process lists every file an
 the state from its table: it is the set-up here, not a measured tick.)
 
 With `--object-store N`, the visits sensor's tick again with the files in a bucket of an
-S3 server (moto's, started on loopback), among `--small` and N known objects: there a
-tick lists the bucket's folder whole, one request per 1,000 keys (no notifications).
+S3 server (moto's, started on loopback), among `--small` and N known objects, twice: with
+no notification queue a tick lists the bucket's folder whole, one request per 1,000 keys;
+with the queue the bucket's event notifications go to (SQS, moto's too), a tick takes the
+objects the queue names and looks at those alone.
 
 Run: `.venv/bin/python benchmarks/sensors.py [--small 1000] [--large 100000] [--new 100]
 [--object-store 20000]`.
@@ -40,6 +42,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -237,7 +240,8 @@ def main() -> None:
 
 
 def object_store_ticks(small: int, large: int, new: int) -> None:
-    """The visits sensor's tick with its files in a bucket of moto's S3 server."""
+    """The visits sensor's tick with its files in a bucket of moto's S3 server, listing
+    whole and following the bucket's notification queue."""
     import servers
 
     from resources.s3_landing import S3LandingZone
@@ -246,25 +250,40 @@ def object_store_ticks(small: int, large: int, new: int) -> None:
         client, storage = servers.s3_client(endpoint), servers.s3_storage(endpoint)
         names = iter(range(1_000_000))
 
-        def bucket_for() -> Callable[[Path, list[str]], LandingZone]:
+        def bucket_for(notified: bool) -> Callable[[Path, list[str]], LandingZone]:
             name = f"bench-{next(names)}"
             client.create_bucket(Bucket=name)
+            queue = ""
 
             def put(root: Path, paths: list[str]) -> LandingZone:
-                for path in paths:
-                    client.put_object(Bucket=name, Key=path, Body=(root / path).read_bytes())
-                return S3LandingZone(root=f"s3://{name}", s3=storage)
+                nonlocal queue
+                with ThreadPoolExecutor(16) as pool:
+                    body = {path: (root / path).read_bytes() for path in paths}
+                    list(
+                        pool.map(
+                            lambda p: client.put_object(Bucket=name, Key=p, Body=body[p]), body
+                        )
+                    )
+                if notified and not queue:  # after the known objects: the first tick lists them
+                    queue = servers.notify_queue(endpoint, name)
+                return S3LandingZone(root=f"s3://{name}", s3=storage, queue_url=queue)
 
             return put
 
-        small_tick, _ = tick_cost(visits_late_files, visit_file, small, new, None, bucket_for())
-        large_tick, _ = tick_cost(visits_late_files, visit_file, large, new, None, bucket_for())
-    print(
-        f"  {'visits_late_files (S3)':24s} {new:4d} new among {small:7,d}: {small_tick:6.2f} s; "
-        f"among {large:7,d}: {large_tick:6.2f} s; large / small = "
-        f"{large_tick / small_tick:.2f} (a full paged listing at every tick)",
-        flush=True,
-    )
+        for notified, how in ((False, "a full paged listing"), (True, "the notification queue")):
+            small_tick, _ = tick_cost(
+                visits_late_files, visit_file, small, new, None, bucket_for(notified)
+            )
+            large_tick, _ = tick_cost(
+                visits_late_files, visit_file, large, new, None, bucket_for(notified)
+            )
+            label = "(S3, queue)" if notified else "(S3, listing)"
+            print(
+                f"  visits_late_files {label:14s} {new:4d} new among {small:7,d}: "
+                f"{small_tick:6.2f} s; among {large:7,d}: {large_tick:6.2f} s; large / small = "
+                f"{large_tick / small_tick:.2f} ({how} at every tick)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

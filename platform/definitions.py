@@ -3,10 +3,11 @@
 Loaded by `dagster dev` (workspace.yaml) and `dagster definitions validate` as a file:
 `platform/` is deliberately not a package, because `platform` is a stdlib module name.
 Configuration comes from the environment when Dagster loads the code (never at import):
-LAKEHOUSE_ROOT, LANDING_ROOT, SPARK_MASTER, SPARK_REMOTE (with SPARK_SERVER_STATE when `make
-dev` started it), SPARK_MASTER_UI, LAKEHOUSE_ENGINE, DELTA_SPARK_JARS, SENSOR_INTERVAL_SECONDS,
-TELEMETRY_COMPUTE, and for an `s3://` root the AWS_* variables of its endpoint and credentials
-(read through dg.EnvVar, so secrets never land in the run's config).
+LAKEHOUSE_ROOT, LANDING_ROOT (LANDING_QUEUE_URL), SPARK_MASTER, SPARK_REMOTE (with
+SPARK_SERVER_STATE when `make dev` started it), SPARK_MASTER_UI, LAKEHOUSE_ENGINE,
+DELTA_SPARK_JARS, SENSOR_INTERVAL_SECONDS, TELEMETRY_COMPUTE, and for an `s3://` root the
+AWS_* variables of its endpoint and credentials (read through dg.EnvVar, so secrets never
+land in the run's config).
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def build_resources(env: Mapping[str, str]) -> dict[str, dg.ConfigurableResource
     if is_object_store(landing_root):
         from resources.s3_landing import S3LandingZone
 
-        landing = S3LandingZone(**landing_settings, s3=storage)
+        queue_url = env.get("LANDING_QUEUE_URL", "")
+        landing = S3LandingZone(**landing_settings, s3=storage, queue_url=queue_url)
     else:
         landing = LandingZone(**landing_settings)
     return {

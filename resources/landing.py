@@ -10,7 +10,7 @@ import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, BinaryIO, ClassVar, NamedTuple, TypeVar
 
 import dagster as dg
 from pydantic import Field
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from pyarrow import fs as pafs
 
 log = logging.getLogger(__name__)
+Item = TypeVar("Item")
+Done = TypeVar("Done")
 
 
 class FileStat(NamedTuple):
@@ -134,6 +136,18 @@ def in_progress(name: str, suffix: str = "") -> bool:
     return name.startswith((".", "_")) and name != suffix
 
 
+def listable(relative: str, suffix: str = "") -> bool:
+    """Whether the file at `relative` (to a listed folder, '/'-separated) is one a listing
+    with `suffix` names: its name ends with `suffix`, no part of it is work in progress,
+    and no folder on the way is named like a file."""
+    *folders, name = relative.split("/")
+    return (
+        name.endswith(suffix)
+        and not any(in_progress(part, suffix) for part in (*folders, name))
+        and not any(suffix and folder.endswith(suffix) for folder in folders)
+    )
+
+
 class LandingZone(dg.ConfigurableResource):
     """Source files under one local root (or a mount every Spark executor sees at the same
     path). Sensors list and fingerprint them here; Spark assets only list them here and
@@ -233,6 +247,10 @@ class LandingZone(dg.ConfigurableResource):
                     stats.append(listed)
         return stats, folders
 
+    def listed_each(self, paths: Sequence[str]) -> builtins.list[FileStat | None]:
+        """`listed` of each of `paths`, in order."""
+        return builtins.list(self._each(self.listed, paths))
+
     def listed(self, path: str) -> FileStat | None:
         """What a listing gives for the file at `path` now: its facts, or None when nothing
         is there, or something other than a regular file (named in a warning, as a listing
@@ -317,11 +335,9 @@ class LandingZone(dg.ConfigurableResource):
             return None
 
     @staticmethod
-    def _each(
-        work: Callable[[FileStat], Fingerprint | None], stats: Sequence[FileStat]
-    ) -> Iterable[Fingerprint | None]:
-        """`work` done on each of `stats`, in order (here one after the other)."""
-        return map(work, stats)
+    def _each(work: Callable[[Item], Done], items: Sequence[Item]) -> Iterable[Done]:
+        """`work` done on each of `items`, in order (here one after the other)."""
+        return map(work, items)
 
     def fingerprint(
         self, stat: FileStat, known: Mapping[str, Fingerprint] | None = None

@@ -10,9 +10,12 @@ with the S3 API, through boto3:
   growing file a run on Spark's executors reads;
 - Spark reads the files through S3A (`s3a://`), configured from the same settings.
 
-An object store raises no notification a sensor can follow without a queue of its own
-(S3 event notifications into SQS): a sensor lists its folders whole at every tick, one
-request per 1,000 keys.
+An object store has no notification a sensor can follow without a queue of its own. With
+`queue_url`, the SQS queue the bucket's event notifications go to (`s3:ObjectCreated:*`
+and `s3:ObjectRemoved:*`, straight or through SNS), a sensor's tick takes the keys the
+queue names and looks at those objects alone (`notified`), as Auto Loader's
+file-notification mode does; a sweep every `full_listing_seconds` lists everything again.
+Without one, a sensor lists its folders whole at every tick, one request per 1,000 keys.
 
 This module is imported only where an `s3://` landing root is configured: it loads the
 object-store settings (`resources/object_store.py`) and boto3.
@@ -23,30 +26,36 @@ from __future__ import annotations
 import builtins
 import datetime as dt
 import errno
+import json
+import logging
 import posixpath
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
+from urllib.parse import unquote_plus
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 from pyarrow import fs as pafs
 from pydantic import Field
 
 from resources.landing import (
+    Done,
     FileStat,
     Fingerprint,
+    Item,
     LandedFile,
     LandingFileError,
     LandingZone,
-    in_progress,
     landed,
+    listable,
 )
 from resources.object_store import S3Storage
 from resources.object_uri import object_path
 
+log = logging.getLogger(__name__)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 _CLIENTS: dict[tuple, Any] = {}
@@ -63,6 +72,13 @@ class S3LandingZone(LandingZone):
     """Endpoint and credentials (unset fields: the AWS_* environment)."""
     page_size: int = Field(
         default=1000, ge=1, le=1000, description="Keys asked for in each listing request."
+    )
+    queue_url: str = Field(
+        default="",
+        description="The SQS queue that the bucket's event notifications (objects created "
+        "and removed) go to, read by this landing zone's sensors alone: a tick then looks "
+        "at the objects the queue names instead of listing them all. Empty: every tick "
+        "lists.",
     )
 
     # -- addresses ----------------------------------------------------------------------
@@ -108,15 +124,11 @@ class S3LandingZone(LandingZone):
         part below `prefix` are writers' work in progress (`in_progress`)."""
         base, root = self._key(prefix), len(self._prefix)
         start = f"{base}/" if base else ""
-        found = []
-        for listed in self._objects(start, delimiter=not recursive):
-            parts = listed["Key"][len(start) :].split("/")
-            name = parts[-1]
-            if not name.endswith(suffix) or any(in_progress(p, suffix) for p in parts):
-                continue
-            if any(suffix and p.endswith(suffix) for p in parts[:-1]):
-                continue  # under a "folder" named like a file
-            found.append(_stat_of(listed, root))
+        found = [
+            _stat_of(listed, root)
+            for listed in self._objects(start, delimiter=not recursive)
+            if listable(listed["Key"][len(start) :], suffix)
+        ]
         return sorted(found, key=lambda s: s.path)
 
     def _objects(self, start: str, *, delimiter: bool = False) -> Iterator[dict]:
@@ -155,6 +167,55 @@ class S3LandingZone(LandingZone):
     def exists(self, path: str) -> bool:
         return self.stat(path) is not None
 
+    def notified(self) -> builtins.list[str]:
+        """The paths under the root that the queue's messages name, every message waiting
+        taken off the queue: a path may come more than once and in any order (SQS delivers
+        at least once, unordered), so a name only says "look again". A short poll may miss
+        a message just sent; the next call takes it. Raises OSError when the queue cannot
+        be read."""
+        queue = self._client("sqs")
+        paths: builtins.list[str] = []
+        while True:
+            try:
+                messages = queue.receive_message(
+                    QueueUrl=self.queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+                ).get("Messages", [])
+                if not messages:
+                    return paths
+                for message in messages:
+                    paths.extend(self._paths_named(message))
+                queue.delete_message_batch(
+                    QueueUrl=self.queue_url,
+                    Entries=[
+                        {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]}
+                        for n, m in enumerate(messages)
+                    ],
+                )
+            except (ClientError, BotoCoreError) as error:
+                problem = _code(error) if isinstance(error, ClientError) else error
+                raise OSError(f"queue {self.queue_url} cannot be read ({problem})") from error
+
+    def _paths_named(self, message: dict) -> Iterator[str]:
+        """The paths under the root that one S3 event notification names (none for its
+        test event, or for another bucket's or folder's objects)."""
+        try:
+            event = json.loads(message["Body"])
+            if event.get("Type") == "Notification":  # through an SNS topic
+                event = json.loads(event["Message"])
+            records = [
+                (r["s3"]["bucket"]["name"], unquote_plus(r["s3"]["object"]["key"]))
+                for r in event.get("Records", ())
+            ]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.warning(
+                f"{self.queue_url}: message {message.get('MessageId')} skipped: "
+                "not an S3 event notification"
+            )
+            return
+        for bucket, key in records:
+            if bucket == self._bucket and key.startswith(self._prefix):
+                yield key[len(self._prefix) :]
+
     # -- reading ------------------------------------------------------------------------
 
     def head(self, path: str, size: int = 4096) -> bytes:
@@ -184,14 +245,13 @@ class S3LandingZone(LandingZone):
         return landed(stat.path, content, stat.mtime_ns, prefixes, etag)
 
     @staticmethod
-    def _each(
-        work: Callable[[FileStat], Fingerprint | None], stats: Sequence[FileStat]
-    ) -> Iterable[Fingerprint | None]:
-        """Objects are read side by side (a request waits on the network, not the CPU)."""
-        if len(stats) < 2:
-            return map(work, stats)
+    def _each(work: Callable[[Item], Done], items: Sequence[Item]) -> Iterable[Done]:
+        """Objects are looked at side by side (a request waits on the network, not the
+        CPU)."""
+        if len(items) < 2:
+            return map(work, items)
         with ThreadPoolExecutor(max_workers=READERS) as pool:
-            return builtins.list(pool.map(work, stats))
+            return builtins.list(pool.map(work, items))
 
     def _get(self, path: str, **ranged: str) -> tuple[bytes, str]:
         try:
@@ -203,11 +263,12 @@ class S3LandingZone(LandingZone):
         with response["Body"] as body:
             return body.read(), response["ETag"]
 
-    def _client(self) -> Any:
-        """One boto3 client per process and settings (clients are thread-safe; making
-        one costs tens of milliseconds)."""
+    def _client(self, service: str = "s3") -> Any:
+        """One boto3 client per process, service and settings (clients are thread-safe;
+        making one costs tens of milliseconds)."""
         s3 = self.s3.s3
         settings = (
+            service,
             s3.endpoint,
             s3.access_key_id,
             s3.secret_access_key,
@@ -220,7 +281,7 @@ class S3LandingZone(LandingZone):
             if client is None:
                 style = "virtual" if s3.virtual_hosted_style_request == "true" else "path"
                 client = _CLIENTS[settings] = boto3.session.Session().client(
-                    "s3",
+                    service,
                     endpoint_url=s3.endpoint,
                     aws_access_key_id=s3.access_key_id,
                     aws_secret_access_key=s3.secret_access_key,

@@ -8,14 +8,19 @@ an event naming it, and only the named files are looked at again. The events are
 when the tick asks, from the queue the kernel filled as the writes happened, so a file
 written before a tick is always seen by that tick.
 
-An object store (`S3LandingZone`) raises no event here: its listing is its paged listing,
-taken whole at every tick.
+An object store (`S3LandingZone`) raises no event here. With a notification queue (its
+`queue_url`: the SQS queue the bucket's event notifications go to), a refresh takes what
+the queue names and looks at those objects alone, one request each, side by side; the
+queue's messages are taken once per process and kept for every listing of that zone
+(`Notifications`), since a message taken off the queue is gone for every other reader.
+Without a queue, or when it cannot be read, a refresh is the store's paged listing, whole.
 
 What notifications do not see is made good by listing everything again (a sweep), as
 Auto Loader's `backfillInterval` does for its file notifications:
 - every `LandingZone.full_listing_seconds` (writers on another machine of a network
   mount raise no event here); 0 lists everything at every tick;
-- when the kernel's queue overflowed, or a watched folder was moved or removed;
+- when the kernel's queue overflowed, or a watched folder was moved or removed (an
+  object store's queue: when this process kept fewer of its paths than a listing needs);
 - at every tick while the folder does not exist yet, where a watch could not be added
   (the `fs.inotify.max_user_watches` limit), where inotify does not exist (not Linux),
   and where the folder lies on a file system whose writers may be elsewhere (NFS, SMB,
@@ -41,9 +46,12 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from resources.landing import FileStat, LandingZone, in_progress
+from resources.landing import FileStat, LandingZone, in_progress, listable
+
+if TYPE_CHECKING:
+    from resources.s3_landing import S3LandingZone
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +117,7 @@ class Listing:
         self._listed_at: float | None = None
         self._unwatchable = False  # a watch was refused: list everything at every tick
         self._shared: str | None = None  # the shared file system the folder lies on
+        self._queued: int | None = None  # how far into its zone's `Notifications`
         self._number = next(_NUMBERS)
 
     # -- what a tick reads --------------------------------------------------------------
@@ -138,6 +147,9 @@ class Listing:
             or self.full_listing_seconds == 0
             or time.monotonic() - self._listed_at >= self.full_listing_seconds
         )
+        if not self.landing.local:
+            self._refresh_store(due)
+            return
         if due or self._notify is None:
             self._list_all()
             return
@@ -145,8 +157,36 @@ class Listing:
         if not self._read_events(touched):
             self._list_all()
             return
-        for path in touched:
-            self._update(path, self.landing.listed(path))
+        self._look_again(touched)
+
+    def _refresh_store(self, due: bool) -> None:
+        """An object store: what its notification queue named since the last refresh, or
+        its paged listing, whole (a sweep due, no queue, or the queue unreadable)."""
+        queue = _notifications(self.landing)
+        if queue is None:
+            self._list_all()
+            return
+        try:
+            named, end = queue.since(self._queued)
+        except OSError as error:
+            log.warning(f"listing {self.folder} whole: {error}")
+            self._list_all()
+            return
+        if due or named is None:
+            self._list_all()  # what the queue named up to `end` is in it
+        else:
+            folder = self.folder.strip("/")
+            start = f"{folder}/" if folder else ""
+            self._look_again(
+                p for p in named if p.startswith(start) and listable(p[len(start) :], self.suffix)
+            )
+        self._queued = end
+
+    def _look_again(self, paths: Iterable[str]) -> None:
+        """Bring the facts of the files at `paths` up to date from what is there now."""
+        ordered = sorted(set(paths))
+        for path, stat in zip(ordered, self.landing.listed_each(ordered), strict=True):
+            self._update(path, stat)
 
     def close(self) -> None:
         if self._notify is not None:
@@ -292,8 +332,48 @@ def shared_filesystem(path: str, mountinfo: str) -> str | None:
     return kind if kind.split(".")[0] in SHARED_FILESYSTEMS else None
 
 
+class Notifications:
+    """The paths one object-store landing zone's queue named, in the order they were
+    taken: every listing of that zone in this process reads them from its own mark."""
+
+    def __init__(self, landing: S3LandingZone) -> None:
+        self.landing = landing
+        self._paths: list[str] = []
+        self._dropped = 0  # paths forgotten from the front of `_paths`
+        self._lock = threading.Lock()
+
+    def since(self, mark: int | None) -> tuple[list[str] | None, int]:
+        """Every message waiting taken off the queue, then: the paths named after `mark`
+        (None when `mark` is None or older than the paths kept), and the mark of now."""
+        with self._lock:
+            self._paths.extend(self.landing.notified())
+            if len(self._paths) > CHANGES_KEPT:
+                forget = len(self._paths) // 2
+                del self._paths[:forget]
+                self._dropped += forget
+            end = self._dropped + len(self._paths)
+            if mark is None or mark < self._dropped:
+                return None, end
+            return self._paths[mark - self._dropped :], end
+
+
+_QUEUES: dict[tuple[str, str], Notifications] = {}
 _LISTINGS: OrderedDict[tuple[str, ...], Listing] = OrderedDict()
 _LOCK = threading.Lock()
+
+
+def _notifications(landing: LandingZone) -> Notifications | None:
+    """This process's reader of the landing zone's notification queue (None: it has
+    none)."""
+    from resources.s3_landing import S3LandingZone  # imported already where one exists
+
+    if not isinstance(landing, S3LandingZone) or not landing.queue_url:
+        return None
+    with _LOCK:
+        key = (landing.queue_url, landing.spark_root)
+        if key not in _QUEUES:
+            _QUEUES[key] = Notifications(landing)
+        return _QUEUES[key]
 
 
 def listings(

@@ -81,6 +81,29 @@ def create_bucket(endpoint: str, bucket: str) -> None:
     s3_client(endpoint).create_bucket(Bucket=bucket)
 
 
+def notify_queue(endpoint: str, bucket: str) -> str:
+    """A fresh SQS queue of the moto server that the bucket's event notifications (objects
+    created and removed) go to; returns its URL."""
+    queue = boto3.client(
+        "sqs",
+        endpoint_url=endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name=REGION,
+    )
+    url = queue.create_queue(QueueName=f"{bucket}-events")["QueueUrl"]
+    arn = queue.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+    to_queue = {
+        "QueueArn": arn["Attributes"]["QueueArn"],
+        "Events": ["s3:ObjectCreated:*", "s3:ObjectRemoved:*"],
+    }
+    s3_client(endpoint).put_bucket_notification_configuration(
+        Bucket=bucket,
+        NotificationConfiguration={"QueueConfigurations": [to_queue]},
+    )
+    return url
+
+
 @contextmanager
 def postgres_server() -> Iterator[str]:
     """A PostgreSQL server on a free loopback port, its data in a fresh folder that goes

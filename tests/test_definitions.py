@@ -387,10 +387,12 @@ assert not isinstance(resources["landing"], S3LandingZone)
 resources = module.build_resources({
     "LAKEHOUSE_ROOT": "/tmp/l",
     "LANDING_ROOT": "s3://landing/in",
+    "LANDING_QUEUE_URL": "http://127.0.0.1:9000/123/landing-events",
     "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
 })
 landing, spark = resources["landing"], resources["spark"]
 assert isinstance(landing, S3LandingZone) and landing.root == "s3://landing/in"
+assert landing.queue_url == "http://127.0.0.1:9000/123/landing-events"
 assert isinstance(spark, S3Spark) and spark.s3 == landing.s3
 """
     subprocess.run([sys.executable, "-c", script], cwd=PROJECT_ROOT, check=True)

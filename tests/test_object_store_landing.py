@@ -1,7 +1,7 @@
-"""Sources landing in a bucket of a real S3 server: the sensors list it, Spark reads it
-through S3A, and every semantic of the local landing zone holds (late, duplicated,
-replaced, bad input named by file and line). Telemetry's deliveries on a bucket, on both
-compute paths: tests/assets/telemetry/test_compute_paths.py."""
+"""Sources landing in a bucket of a real S3 server: the sensors list it (or follow its
+notification queue), Spark reads it through S3A, and every semantic of the local landing
+zone holds (late, duplicated, replaced, bad input named by file and line). Telemetry's
+deliveries on a bucket, on both compute paths: tests/assets/telemetry/test_compute_paths.py."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 
 import dagster as dg
 import pytest
+import servers
 from support import day_of_visits, land, partition_range, visit
 
 from assets.overwriting import visits_daily
@@ -18,6 +19,7 @@ from assets.warehouse import EventSettings, event_batches, user_events, user_eve
 from assets.warehouse.events_source import batch_file
 from assets.warehouse.staging_merge import USER_EVENTS
 from resources import Lakehouse, LandingZone
+from resources.object_uri import object_path
 from sensors import visits_late_files
 from sensors.event_batches import event_batch_files
 
@@ -48,8 +50,13 @@ def visit_ids(lakehouse: Lakehouse, day: dt.date) -> list[str]:
     return sorted(r["visit_id"] for r in rows if r["event_time"].date() == day)
 
 
-def test_visits_from_a_bucket_late_duplicated_and_replaced(instance, resources):
-    landing, lakehouse = resources["landing"], resources["lakehouse"]
+def test_visits_from_a_bucket_late_duplicated_and_replaced(instance, resources, s3_endpoint):
+    # The sensor follows the bucket's notification queue (the other tests: its listing).
+    bucket = object_path(resources["landing"].root).partition("/")[0]
+    queue = servers.notify_queue(s3_endpoint, bucket)
+    landing = resources["landing"].model_copy(update={"queue_url": queue})
+    resources = {**resources, "landing": landing}
+    lakehouse = resources["lakehouse"]
     for day in DAYS:
         land(landing, f"visits/date={day}/part.jsonl", jsonl(day_of_visits(day, 3)))
     dg.materialize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 
 import pytest
@@ -132,3 +133,40 @@ def test_objects_are_hashed_side_by_side_and_one_replaced_since_its_listing_wait
     now = zone.stat("events/b3.jsonl")
     assert now is not None
     assert zone.fingerprints([now])[now.path].sha256 == hashlib.sha256(b"changed\n").hexdigest()
+
+
+@pytest.fixture
+def notified(s3_endpoint, bucket, s3_storage) -> S3LandingZone:
+    """The landing zone with the queue its bucket's event notifications go to."""
+    queue = servers.notify_queue(s3_endpoint, bucket)
+    return S3LandingZone(root=f"s3://{bucket}/in", s3=s3_storage, queue_url=queue)
+
+
+def test_the_queue_names_each_object_created_or_removed_under_the_root(
+    notified, client, bucket, caplog
+):
+    put(client, bucket, "visits/date=2024-01-01/a visit.jsonl", b"{}\n")  # a space: encoded
+    put(client, bucket, "visits/date=2024-01-01/b.jsonl", b"{}\n")
+    client.delete_object(Bucket=bucket, Key="in/visits/date=2024-01-01/b.jsonl")
+    client.put_object(Bucket=bucket, Key="elsewhere/c.jsonl", Body=b"{}\n")  # not the root's
+    sqs = notified._client("sqs")
+    sqs.send_message(QueueUrl=notified.queue_url, MessageBody="hello")
+    through_sns = {"Records": [{"s3": {"bucket": {"name": bucket}, "object": {"key": "in/d"}}}]}
+    sqs.send_message(
+        QueueUrl=notified.queue_url,
+        MessageBody=json.dumps({"Type": "Notification", "Message": json.dumps(through_sns)}),
+    )
+    assert sorted(notified.notified()) == [
+        "d",
+        "visits/date=2024-01-01/a visit.jsonl",
+        "visits/date=2024-01-01/b.jsonl",
+        "visits/date=2024-01-01/b.jsonl",
+    ]
+    assert "skipped: not an S3 event notification" in caplog.text
+    assert notified.notified() == []  # taken off the queue
+
+
+def test_a_queue_that_cannot_be_read_is_named(zone):
+    broken = zone.model_copy(update={"queue_url": f"{zone._client('sqs').meta.endpoint_url}/1/no"})
+    with pytest.raises(OSError, match="queue .*/no cannot be read"):
+        broken.notified()

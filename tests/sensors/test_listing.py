@@ -5,9 +5,11 @@ every file whose facts moved, also when the kernel's queue overflowed or folders
 from __future__ import annotations
 
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
+import servers
 
 from resources import LandingZone
 from sensors.listing import Listing, shared_filesystem
@@ -90,6 +92,77 @@ def test_a_folder_moved_or_removed_takes_its_files_along(zone, listing):
     write(zone, "visits/date=2024-01-05/later.jsonl")  # the moved folder is still followed
     listing.refresh()
     assert "visits/date=2024-01-05/later.jsonl" in listing.files
+
+
+@pytest.fixture
+def bucket(s3_endpoint) -> str:
+    name = f"landing-{uuid.uuid4().hex[:12]}"
+    servers.create_bucket(s3_endpoint, name)
+    return name
+
+
+@pytest.fixture
+def notified(s3_endpoint, s3_storage, bucket):
+    """A landing zone in the bucket, with the queue its event notifications go to."""
+    from resources.s3_landing import S3LandingZone
+
+    queue = servers.notify_queue(s3_endpoint, bucket)
+    return S3LandingZone(root=f"s3://{bucket}/in", s3=s3_storage, queue_url=queue)
+
+
+def test_an_object_store_listing_follows_its_queue_and_sweeps_for_what_it_missed(
+    notified, bucket, s3_endpoint
+):
+    client = servers.s3_client(s3_endpoint)
+
+    def put(path: str, body: bytes = b"{}\n") -> None:
+        client.put_object(Bucket=bucket, Key=f"in/{path}", Body=body)
+
+    put("visits/date=2024-01-01/a.jsonl")
+    put("visits/date=2024-01-02/b.jsonl")
+    # Two sensors' listings of one zone: each sees every message, taken once.
+    first, second = Listing(notified, "visits", ".jsonl"), Listing(notified, "visits", ".jsonl")
+    first.refresh()
+    second.refresh()
+    assert first.files == second.files == listed(notified)
+    mark = first.mark
+    put("visits/date=2024-01-01/a.jsonl", b"{}\n{}\n")  # replaced
+    put("visits/date=2024-01-03/c.jsonl")
+    put("visits/date=2024-01-03/notes.txt")  # not a visits file
+    put("visits/_temporary/0/d.jsonl")  # a writer's work in progress
+    put("payments/e.jsonl")  # another folder
+    client.delete_object(Bucket=bucket, Key="in/visits/date=2024-01-02/b.jsonl")
+    first.refresh()
+    second.refresh()
+    assert first.changed_since(mark) == {
+        "visits/date=2024-01-01/a.jsonl",
+        "visits/date=2024-01-02/b.jsonl",
+        "visits/date=2024-01-03/c.jsonl",
+    }
+    assert first.files == second.files == listed(notified)
+    # A tick looks only at what the queue names: an object whose notification never came
+    # is taken by the next sweep.
+    client.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration={})
+    put("visits/date=2024-01-04/f.jsonl")
+    first.refresh()
+    assert "visits/date=2024-01-04/f.jsonl" not in first.files
+    first.full_listing_seconds = 0
+    first.refresh()
+    assert first.files == listed(notified)
+
+
+def test_an_object_store_listing_whose_queue_cannot_be_read_lists_whole(
+    notified, bucket, s3_endpoint, caplog
+):
+    broken = notified.model_copy(update={"queue_url": notified.queue_url + "-gone"})
+    listing = Listing(broken, "visits", ".jsonl")
+    listing.refresh()
+    servers.s3_client(s3_endpoint).put_object(
+        Bucket=bucket, Key="in/visits/date=2024-01-01/a.jsonl", Body=b"{}\n"
+    )
+    listing.refresh()
+    assert listing.files == listed(notified) and len(listing.files) == 1
+    assert "listing visits whole: queue" in caplog.text
 
 
 def test_a_mark_of_another_listing_asks_for_a_full_comparison(zone, listing):
