@@ -320,13 +320,11 @@ def _file_blocks(
         F.count_if(F.col("text").rlike(r"\S")).alias("non_blank"),
     )
     rows = hashes.unionByName(counts).collect()
-    listed_after: dict[str, tuple[int, int] | None] = {}
-    for row in rows:
-        if row.spark_path is None:
-            stat = landing.stat(row.source_file)
-            listed_after[row.source_file] = (
-                None if stat is None else (stat.size, stat.mtime_ns // 1_000_000)
-            )
+    read = [row.source_file for row in rows if row.spark_path is None]
+    listed_after = {  # looked at side by side (on an object store, a request each)
+        path: None if stat is None else (stat.size, stat.mtime_ns // 1_000_000)
+        for path, stat in zip(read, landing.listed_each(read), strict=True)
+    }
     numbering = number_blocks(
         [
             WholeFile(row.source_file, row.source_size, row.mtime_ms, row.source_sha256)
