@@ -1,9 +1,11 @@
 """Servers tests need, started on 127.0.0.1 and stopped by their pids, also when a test
 fails: an S3-compatible object store (moto's server), a PostgreSQL server (the binaries
-of the `pgserver` wheel), a Spark standalone cluster, a Spark Connect server."""
+of the `pgserver` wheel), a Spark standalone cluster, a Spark Connect server, and the
+production profile (`make stack`) with all of them."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -16,10 +18,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import boto3
+import psutil
 
 from demo.servers import postgres, stop, wait_for_port
 
-CLUSTER_SCRIPT = Path(__file__).resolve().parent.parent / "platform" / "spark_cluster.py"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CLUSTER_SCRIPT = PROJECT_ROOT / "platform" / "spark_cluster.py"
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
 REGION = "us-east-1"
@@ -136,3 +140,40 @@ def spark_processes(
         yield dict(re.findall(r"export (\w+)=(\S+)", started.stdout))
     finally:
         subprocess.run([*script, "down", "--state", str(state)], timeout=120, check=True)
+
+
+@contextmanager
+def production_stack(**env: str) -> Iterator[dict[str, str]]:
+    """The production profile (`platform/stack.py up`, what `make stack` runs) in a fresh
+    state folder; yields the variables it wrote (its `env` file). On the way out `down`
+    stops it, however the test ended; after a test that passed, nothing it started runs."""
+    state = Path(tempfile.mkdtemp(prefix="stack-"))
+    state.chmod(0o755)  # Postgres runs as `nobody` under root: it must reach its folder
+    stack = [sys.executable, "-u", "platform/stack.py"]
+    up = subprocess.Popen(
+        [*stack, "up", "--state", str(state)],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    said: list[str] = []
+    try:
+        assert up.stdout is not None
+        for line in up.stdout:
+            said.append(line)
+            if line.startswith("  logs:"):
+                break
+        assert any("production profile is up" in line for line in said), "".join(said)
+        # Its processes: what `up` started, and the cluster's daemons (detached from it).
+        cluster = json.loads((state / "spark" / "cluster.json").read_text())["pids"]
+        processes = psutil.Process(up.pid).children(recursive=True)
+        processes += [psutil.Process(pid) for pid in cluster]
+        lines = (state / "env").read_text().splitlines()
+        yield dict(line.removeprefix("export ").split("=", 1) for line in lines)
+    finally:
+        subprocess.run([*stack, "down", "--state", str(state)], cwd=PROJECT_ROOT, timeout=300)
+        up.wait(60)
+    assert up.returncode == 0, "".join(said) + (up.stdout.read() if up.stdout else "")
+    assert not [p.pid for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

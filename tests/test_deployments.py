@@ -1,6 +1,7 @@
 """The demo's pipelines, unchanged, on the deployments a user grows into: a Spark
-standalone cluster with the delta-spark engine, an S3 object store with each engine, and
-a long-lived Spark (Spark Connect) writing to the object store.
+standalone cluster with the delta-spark engine, an S3 object store with each engine, a
+long-lived Spark (Spark Connect) writing to the object store, and the production profile
+(`make stack`: all of them, with Postgres and Dagster's own processes).
 Each prints the same content checksums and telemetry totals as the embedded default, which
 runs beside a `dagster dev` already up on its instance, as `make demo` beside `make dev`:
 the demo hands its files to that one's sensors, and no work is done twice.
@@ -138,6 +139,17 @@ def test_the_demo_on_an_object_store_matches_the_embedded_default(
         **servers.s3_environment(s3_endpoint),
     )
     assert results(on_s3) == embedded_default
+
+
+def test_the_demo_on_the_production_profile_matches_the_embedded_default(embedded_default):
+    """`make stack`, then `make stack-demo`: every source lands in the stack's bucket, its
+    sensors and daemon launch the runs, the cluster runs them, the tables go to its object
+    store, the instance and the catalog live in its Postgres; `down` leaves nothing."""
+    with servers.production_stack(SENSOR_INTERVAL_SECONDS="5") as env:
+        assert env["LANDING_ROOT"].startswith("s3://") and "DAGSTER_WEBSERVER_URL" in env
+        on_stack = run_demo(Path(), environment={**os.environ, **env, PIN: DEMO_START})
+    assert "(the `make dev` already up does the work)" in on_stack
+    assert results(on_stack) == embedded_default
 
 
 def test_the_demo_through_spark_connect_on_an_object_store_matches_the_embedded_default(
