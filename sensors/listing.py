@@ -99,6 +99,33 @@ class Mark:
 _NUMBERS = itertools.count()
 
 
+class Journal:
+    """Paths in the order they were recorded, each at a sequence number; past
+    `CHANGES_KEPT` the older half is forgotten, and a mark from before it reads None."""
+
+    def __init__(self) -> None:
+        self._paths: list[str] = []
+        self._dropped = 0  # paths forgotten from the front of `_paths`
+
+    @property
+    def end(self) -> int:
+        """The sequence number the next path gets."""
+        return self._dropped + len(self._paths)
+
+    def record(self, paths: Iterable[str]) -> None:
+        self._paths.extend(paths)
+        if len(self._paths) > CHANGES_KEPT:
+            forget = len(self._paths) // 2
+            del self._paths[:forget]
+            self._dropped += forget
+
+    def since(self, mark: int) -> list[str] | None:
+        """The paths recorded from sequence number `mark` on (None: forgotten)."""
+        if mark < self._dropped:
+            return None
+        return self._paths[mark - self._dropped :]
+
+
 class Listing:
     """The files under `folder` of the landing zone whose names end with `suffix`, as of
     the last `refresh` (see the module)."""
@@ -110,8 +137,7 @@ class Listing:
         self.full_listing_seconds = landing.full_listing_seconds
         self.files: dict[str, FileStat] = {}
         self._in_folder: dict[str, set[str]] = {}
-        self._changes: list[str] = []
-        self._dropped = 0  # changes forgotten from the front of `_changes`
+        self._changes = Journal()
         self._notify: Any = None
         self._watched: dict[int, str] = {}  # watch descriptor -> absolute folder
         self._listed_at: float | None = None
@@ -124,14 +150,15 @@ class Listing:
 
     @property
     def mark(self) -> Mark:
-        return Mark(self._number, self._dropped + len(self._changes))
+        return Mark(self._number, self._changes.end)
 
     def changed_since(self, mark: Mark) -> set[str] | None:
         """Paths whose facts moved after `mark` (None: the mark is not this listing's, or
         older than the changes it keeps)."""
-        if mark.listing != self._number or mark.seq < self._dropped:
+        if mark.listing != self._number:
             return None
-        return set(self._changes[mark.seq - self._dropped :])
+        since = self._changes.since(mark.seq)
+        return None if since is None else set(since)
 
     def in_folder(self, folder: str) -> set[str]:
         """Paths of the files directly in `folder` (relative to the landing root)."""
@@ -306,11 +333,7 @@ class Listing:
         else:
             self.files[path] = stat
             self._in_folder.setdefault(folder, set()).add(path)
-        self._changes.append(path)
-        if len(self._changes) > CHANGES_KEPT:
-            forget = len(self._changes) // 2
-            del self._changes[:forget]
-            self._dropped += forget
+        self._changes.record([path])
 
 
 def shared_filesystem(path: str, mountinfo: str) -> str | None:
@@ -338,23 +361,15 @@ class Notifications:
 
     def __init__(self, landing: S3LandingZone) -> None:
         self.landing = landing
-        self._paths: list[str] = []
-        self._dropped = 0  # paths forgotten from the front of `_paths`
+        self._paths = Journal()
         self._lock = threading.Lock()
 
     def since(self, mark: int | None) -> tuple[list[str] | None, int]:
         """Every message waiting taken off the queue, then: the paths named after `mark`
         (None when `mark` is None or older than the paths kept), and the mark of now."""
         with self._lock:
-            self._paths.extend(self.landing.notified())
-            if len(self._paths) > CHANGES_KEPT:
-                forget = len(self._paths) // 2
-                del self._paths[:forget]
-                self._dropped += forget
-            end = self._dropped + len(self._paths)
-            if mark is None or mark < self._dropped:
-                return None, end
-            return self._paths[mark - self._dropped :], end
+            self._paths.record(self.landing.notified())
+            return (None if mark is None else self._paths.since(mark)), self._paths.end
 
 
 _QUEUES: dict[tuple[str, str], Notifications] = {}

@@ -34,6 +34,14 @@ def s3_storage(s3_endpoint: str) -> S3Storage:
     return servers.s3_storage(s3_endpoint)
 
 
+@pytest.fixture
+def bucket(s3_endpoint: str) -> str:
+    """A new, empty bucket of the session's S3 server."""
+    name = f"landing-{uuid.uuid4().hex[:12]}"
+    servers.create_bucket(s3_endpoint, name)
+    return name
+
+
 def spark_resource(s3_storage: S3Storage) -> SparkResource:
     if os.environ.get("SPARK_REMOTE"):
         # The suite attached to a long-lived Spark (tests/test_spark_connect.py): a

@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
 
 import pytest
 import servers
 
 from resources.landing import LandingFileError
 from resources.s3_landing import S3LandingZone
-
-
-@pytest.fixture
-def bucket(s3_endpoint: str) -> str:
-    name = f"landing-{uuid.uuid4().hex[:12]}"
-    servers.create_bucket(s3_endpoint, name)
-    return name
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ every file whose facts moved, also when the kernel's queue overflowed or folders
 from __future__ import annotations
 
 import shutil
-import uuid
 from pathlib import Path
 
 import pytest
@@ -92,13 +91,6 @@ def test_a_folder_moved_or_removed_takes_its_files_along(zone, listing):
     write(zone, "visits/date=2024-01-05/later.jsonl")  # the moved folder is still followed
     listing.refresh()
     assert "visits/date=2024-01-05/later.jsonl" in listing.files
-
-
-@pytest.fixture
-def bucket(s3_endpoint) -> str:
-    name = f"landing-{uuid.uuid4().hex[:12]}"
-    servers.create_bucket(s3_endpoint, name)
-    return name
 
 
 @pytest.fixture
