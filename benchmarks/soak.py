@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib.util
+import math
 import os
 import random
 import shutil
@@ -59,6 +60,7 @@ from resources.spark_server import long_lived_spark, server_state  # noqa: E402
 PLAN = {RUN: 12, SPARK: 4, CODE_SERVER: 1, DAEMON: 1, WEBSERVER: 1, DISK: 1}
 BOUNDS = {RUN: 10, SPARK: 3, CODE_SERVER: 1, DAEMON: 1}
 DISK_SIZE = "2g"
+GOING = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
 
 
 def _instance_module():
@@ -85,19 +87,39 @@ def unmount(folder: Path) -> None:
 
 
 class Soak:
-    def __init__(self, seed: int, base: Path, lakehouse: Lakehouse, landing: Path) -> None:
+    def __init__(
+        self,
+        seed: int,
+        base: Path,
+        lakehouse: Lakehouse,
+        landing: Path,
+        files_per_hour: float | None = None,
+        minutes: float = 5,
+    ) -> None:
         self.rng = random.Random(seed)
+        self.files_per_hour = files_per_hour
+        # Telemetry's 40 % of the files, with reports to spare: a tool's reports must stay
+        # within the lateness horizon, so a higher rate takes more tools.
+        reports = (files_per_hour or 0) * minutes / 60 * 0.4 * 1.2
+        subjects = max(3, math.ceil(reports / Telemetry.REPORTS_PER_SUBJECT))
         today = dt.date.today()
         first_monday = today - dt.timedelta(days=today.weekday() + 35)
         self.sources = {
             "visits": Visits(landing, first_monday, random.Random(seed * 10 + 1)),
             "telemetry": Telemetry(
-                landing, dt.datetime(2026, 6, 1, tzinfo=dt.UTC), random.Random(seed * 10 + 2)
+                landing,
+                dt.datetime(2026, 6, 1, tzinfo=dt.UTC),
+                random.Random(seed * 10 + 2),
+                subjects,
             ),
             "events": EventBatches(landing, random.Random(seed * 10 + 3)),
         }
         self.lakehouse = lakehouse
         self.landed: Counter[str] = Counter()
+        self.landings: list[tuple[float, str, str]] = []
+        """(when, asset, partition) of every file that changed a partition's data."""
+        self.queued: list[tuple[float, int, int]] = []
+        """(seconds into the soak, runs queued, runs going), sampled every 10 s."""
         self.began = time.monotonic()
         self.log = (base / "soak.log").open("a")
 
@@ -110,7 +132,23 @@ class Soak:
         while time.monotonic() < until:
             source = self.rng.choices(list(weights), weights=list(weights.values()))[0]
             self.landed[self.sources[source].land()] += 1
-            time.sleep(self.rng.uniform(2.5, 5.5))
+            if touched := self.sources[source].touched:
+                self.landings.append((time.time(), *touched))
+            if self.files_per_hour:
+                gap = 3600 / self.files_per_hour
+                time.sleep(self.rng.uniform(0.5 * gap, 1.5 * gap))
+            else:
+                time.sleep(self.rng.uniform(2.5, 5.5))
+
+    def sample_queue(self, instance: dg.DagsterInstance, stop: threading.Event) -> None:
+        while not stop.wait(10):
+            self.queued.append(
+                (
+                    time.monotonic() - self.began,
+                    instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED])),
+                    instance.get_runs_count(dg.RunsFilter(statuses=GOING)),
+                )
+            )
 
     def checks(self) -> dict[str, Callable[[], bool]]:
         visits, telemetry, events = (
@@ -166,6 +204,53 @@ def run_stats(instance: dg.DagsterInstance) -> dict[str, int]:
     }
 
 
+def queue_figures(state: Soak, load_ended: float, drained_after: float | None) -> str:
+    """The run queue while files landed, and how long it took to drain once they stopped."""
+    during = [(queued, going) for at, queued, going in state.queued if at <= load_ended]
+    last = during[-1] if during else (0, 0)
+    files = sum(n for what, n in state.landed.items() if "nothing left" not in what)
+    rate = files / load_ended * 3600
+    drained = f"{drained_after:.0f} s" if drained_after is not None else "never"
+    return (
+        f"Queue:        {files} files in {load_ended / 60:.1f} min ({rate:.0f} an hour); "
+        f"runs queued at most {max((q for q, _ in during), default=0)}, "
+        f"{last[0]} queued and {last[1]} going when the load ended; "
+        f"queue empty {drained} after the load ended"
+    )
+
+
+def committed_after_landing(
+    instance: dg.DagsterInstance, landings: list[tuple[float, str, str]]
+) -> list[str]:
+    """For each asset: seconds from a file landing to the first materialization of its
+    partition that began after it (its run's commit; a run already going when the file
+    landed may not hold it, so this is the lag's lower bound only when runs overlap)."""
+    lags: dict[str, list[float]] = {}
+    for landed_at, asset, partition in landings:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey(asset),
+                asset_partitions=[partition],
+                after_timestamp=landed_at,
+            ),
+            limit=1,
+            ascending=True,
+        ).records
+        lags.setdefault(asset, []).append(
+            records[0].timestamp - landed_at if records else float("inf")
+        )
+    lines = []
+    for asset, seconds in sorted(lags.items()):
+        seconds.sort()
+        median, worst = seconds[len(seconds) // 2], seconds[-1]
+        p95 = seconds[min(len(seconds) - 1, int(len(seconds) * 0.95))]
+        lines.append(
+            f"Landed -> committed, {asset}: median {median:.0f} s, 95th percentile "
+            f"{p95:.0f} s, worst {worst:.0f} s ({len(seconds)} files)"
+        )
+    return lines
+
+
 def _interrupted(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -178,6 +263,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--minutes", type=float, default=5)
     parser.add_argument("--converge-minutes", type=float, default=10)
+    parser.add_argument(
+        "--files-per-hour",
+        type=float,
+        help="land files at this rate (default: one every 2.5 to 5.5 s, about 900 an hour)",
+    )
+    parser.add_argument("--no-faults", action="store_true", help="load alone: no fault")
+    parser.add_argument(
+        "--sensor-interval", type=int, default=3, help="SENSOR_INTERVAL_SECONDS (default 3)"
+    )
     args = parser.parse_args(argv)
     base = PROJECT_ROOT / ".data" / "soak" / f"seed-{args.seed}"
     lake_root, landing, home = base / "lakehouse", base / "landing", base / "dagster"
@@ -190,10 +284,12 @@ def main(argv: list[str]) -> int:
         "DAGSTER_HOME": str(home),
         "LAKEHOUSE_ROOT": str(lake_root),
         "LANDING_ROOT": str(landing),
-        "SENSOR_INTERVAL_SECONDS": "3",
+        "SENSOR_INTERVAL_SECONDS": str(args.sensor_interval),
     }
     os.environ.update(env)
-    print(f"Soak of seed {args.seed}: {args.minutes:g} min of load and faults; logs in {base}")
+    rate = f"{args.files_per_hour:g} files an hour" if args.files_per_hour else "load"
+    faults = "" if args.no_faults else " and faults"
+    print(f"Soak of seed {args.seed}: {args.minutes:g} min of {rate}{faults}; logs in {base}")
     if disk is None:
         print("   (no small file system could be mounted here: the disk is not filled)")
     try:
@@ -211,14 +307,16 @@ def main(argv: list[str]) -> int:
 def soak(args, base, platform, home, lake_root, landing, disk) -> int:
     instance = dg.DagsterInstance.get()
     lakehouse = Lakehouse(root=str(lake_root), spark=SparkResource())
-    state = Soak(args.seed, base, lakehouse, landing)
+    state = Soak(args.seed, base, lakehouse, landing, args.files_per_hour, args.minutes)
     faults = Faults(platform, instance, server_state(home), disk)
     load_seconds = args.minutes * 60
     until = time.monotonic() + load_seconds
     lander = threading.Thread(target=state.land, args=(until,), daemon=True)
     lander.start()
+    sampling = threading.Event()
+    threading.Thread(target=state.sample_queue, args=(instance, sampling), daemon=True).start()
     last_fault = time.monotonic()
-    for moment, kind in schedule(state.rng, load_seconds):
+    for moment, kind in [] if args.no_faults else schedule(state.rng, load_seconds):
         while time.monotonic() < state.began + moment:
             time.sleep(0.2)
         while (hit := faults.inject(kind, state.rng)) is None and time.monotonic() < until:
@@ -227,6 +325,9 @@ def soak(args, base, platform, home, lake_root, landing, disk) -> int:
             last_fault = time.monotonic()
             state.say(f"killed {kind}: {hit}" if kind != DISK else f"disk full: {hit}")
     lander.join()
+    load_over = time.monotonic()
+    if args.no_faults:
+        last_fault = load_over
     if faults.disk_filled_until > last_fault:
         last_fault = faults.disk_filled_until
     state.say(f"load over: {sum(state.landed.values())} files landed; waiting for the tables")
@@ -244,11 +345,13 @@ def soak(args, base, platform, home, lake_root, landing, disk) -> int:
         else f"not correct in time: {', '.join(t for t, ok in correct.items() if not ok)}"
     )
     drained = False
-    while converged is not None and time.monotonic() < deadline + 300:
+    while time.monotonic() < deadline + 300:
         if not run_stats(instance)["still queued or going"]:
             drained = True
             break
         time.sleep(5)
+    drained_after = time.monotonic() - load_over
+    sampling.set()
     after_drain = state.correct()
     print()
     print("Faults:       " + ", ".join(f"{kind} {n}" for kind, n in faults.done.items()))
@@ -258,10 +361,13 @@ def soak(args, base, platform, home, lake_root, landing, disk) -> int:
     print("Runs:         " + ", ".join(f"{k} {v}" for k, v in run_stats(instance).items()))
     for table, ok in after_drain.items():
         print(f"   {table:<28} {'equal to plain Python' if ok else 'DIFFERENT'}")
+    print(queue_figures(state, load_over - state.began, drained_after if drained else None))
+    for line in committed_after_landing(instance, state.landings):
+        print(line)
     missed = [
         f"{kind} kills {faults.done[kind]} < {n}"
         for kind, n in BOUNDS.items()
-        if faults.done[kind] < n
+        if faults.done[kind] < n and not args.no_faults
     ]
     if converged is None:
         missed.append(f"not correct within {args.converge_minutes:g} min of the last fault")

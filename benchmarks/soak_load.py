@@ -8,8 +8,10 @@ plain Python computes from the files landed, to compare every table with.
 - Event batches: versions of 200 events years apart, deletions among them (tombstones),
   stale versions landing after newer ones, some batches delivered twice.
 
-Each `land` writes one file (or one change to a file) and says what it did; `expected`
-is the content each table must end with, computed here from the generated rows alone.
+Each `land` writes one file (or one change to a file), says what it did and leaves in
+`touched` the (asset, partition) whose data the file changed (None: nothing changed);
+`expected` is the content each table must end with, computed here from the generated
+rows alone.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from resources import Lakehouse
 from resources.lakehouse.predicates import is_in
 
 Rows = set[tuple]
+Touched = tuple[str, str] | None
+TOTALS = "telemetry_running_totals"
 
 
 class Visits:
@@ -40,6 +44,7 @@ class Visits:
 
     def __init__(self, landing: Path, first_day: dt.date, rng: random.Random) -> None:
         self.landing, self.rng = landing, rng
+        self.touched: Touched = None
         self.days = [first_day + dt.timedelta(days=i) for i in range(14)]
         self.files: dict[Path, list[dict]] = {}
         self.parts = 0
@@ -57,6 +62,7 @@ class Visits:
             copy = original.with_name(f"{original.stem}.redelivered-{self.parts}.jsonl")
             shutil.copyfile(original, copy)
             self.files[copy] = list(self.files[original])
+            self.touched = (VISITS_DAILY, original.parent.name.removeprefix("date="))
             return "visits: a file delivered twice"
         if self.files and roll < 0.3:
             path = self.rng.choice(sorted(self.files))
@@ -64,12 +70,14 @@ class Visits:
             more = _visits(day, self.parts, 5, self.rng)
             self._write(path, more, "a")
             self.files[path] += more
+            self.touched = (VISITS_DAILY, day.isoformat())
             return "visits: a file appended to"
         day = self.rng.choice(self.days)
         visits = _visits(day, self.parts, 40, self.rng)
         path = self.landing / day_folder(day) / f"part-{self.parts}.jsonl"
         self._write(path, visits)
         self.files[path] = visits
+        self.touched = (VISITS_DAILY, day.isoformat())
         return "visits: a new file"
 
     def expected(self) -> Rows:
@@ -108,9 +116,20 @@ def _visit_rows(table) -> list[tuple]:
 class Telemetry:
     """Report files of `telemetry/<subject>/`; the totals run over every row landed."""
 
-    def __init__(self, landing: Path, first_hour: dt.datetime, rng: random.Random) -> None:
+    REPORTS_PER_SUBJECT = 30
+    """Four hours each: 120 hours, within the lateness horizon (7 days), however they are
+    shuffled."""
+
+    def __init__(
+        self, landing: Path, first_hour: dt.datetime, rng: random.Random, subjects: int = 3
+    ) -> None:
+        """`subjects`: the demo's three tools, and more (Tool04, ...) beyond three."""
         self.landing, self.rng = landing, rng
-        reports = [_report(s, i, first_hour, rng) for s in SUBJECTS for i in range(30)]
+        self.touched: Touched = None
+        names = SUBJECTS + [f"Tool{n:02d}" for n in range(len(SUBJECTS) + 1, subjects + 1)]
+        reports = [
+            _report(s, i, first_hour, rng) for s in names for i in range(self.REPORTS_PER_SUBJECT)
+        ]
         rng.shuffle(reports)
         self.pending = reports
         self.written: dict[str, tuple[bytes, ...]] = {}
@@ -127,8 +146,11 @@ class Telemetry:
 
     def land(self) -> str:
         roll = self.rng.random()
+        self.touched = None
         if self.halves and roll < 0.25:
-            self._write(self.halves.pop(0))
+            report = self.halves.pop(0)
+            self._write(report)
+            self.touched = (TOTALS, report.subject)
             return "telemetry: a half-written file completed"
         if self.written and roll < 0.4:
             path = self.rng.choice(sorted(self.written))
@@ -141,8 +163,10 @@ class Telemetry:
         if self.rng.random() < 0.2:
             self._write(report, len(report.lines) // 2)
             self.halves.append(report)
+            self.touched = (TOTALS, report.subject)
             return "telemetry: a file written half"
         self._write(report)
+        self.touched = (TOTALS, report.subject)
         return "telemetry: a late or shuffled file"
 
     def _rows(self) -> dict[str, list[tuple]]:
@@ -205,6 +229,7 @@ class EventBatches:
 
     def __init__(self, landing: Path, rng: random.Random) -> None:
         self.landing, self.rng = landing, rng
+        self.touched: Touched = None
         self.batches: dict[str, list[dict]] = {}
         self.used: set[tuple[str, dt.datetime]] = set()
 
@@ -239,6 +264,7 @@ class EventBatches:
         temporary.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
         temporary.rename(path)
         self.batches[batch_id] = rows
+        self.touched = (USER_EVENTS, batch_id)
 
     def expected(self) -> Rows:
         return expected_events(self.batches)
