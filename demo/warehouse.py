@@ -117,8 +117,8 @@ def run_events(dagster: Dagster, resources: dict, start: dt.datetime) -> dict[st
     got = {tuple(r.values()) for r in stored}
     same = got == expected_events(batches) and len(stored) == len(got)
     print(
-        f"    event_batch_files sensor launched {runs} runs (stage, audit, publish), side by "
-        f"side in whatever order they finish. user_events: "
+        f"    event_batch_files sensor launched {runs} run(s), each staging, auditing and "
+        f"publishing the batches new to a tick, one commit per batch. user_events: "
         f"{len(stored)} events, {sum(r['is_deleted'] for r in stored)} deleted; each at its "
         f"newest version: {'yes' if same else 'NO'}; content checksum {checksum(got)}\n"
     )

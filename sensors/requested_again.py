@@ -13,12 +13,17 @@ with each attempt (`FIRST_BACKOFF` seconds, at most `LONGEST_BACKOFF`). A run of
 same partition created after the failed one (a new file, a re-execution from the UI, the
 daemon's retry) takes its place. The work is asked for of the same job and partitions
 (a range run's range too, and the job's tags: an updates pattern's days stay in order),
-so it suits work that a run may redo, as the platform's idempotent writes are."""
+so it suits work that a run may redo, as the platform's idempotent writes are.
+
+A sensor whose runs group partitions that each stand alone (event batches) also gets a
+range run that failed on its data asked for again partition by partition, at once: the
+bad partition then fails alone, and the others land."""
 
 from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import dagster as dg
@@ -50,18 +55,33 @@ class Again:
         return {CURSOR_KEY: self.since}
 
 
-def due(context: dg.SensorEvaluationContext, sensor: str) -> Again:
+def due(
+    context: dg.SensorEvaluationContext,
+    sensor: str,
+    *,
+    members: Callable[[dg.DagsterRun], Sequence[str]] | None = None,
+) -> Again:
     """`requested_again` for the tick of `sensor` in `context`, from where its cursor
     says the tick before looked."""
     again = requested_again(
-        context.instance, sensor, cursor_extra(context.cursor, CURSOR_KEY), time.time()
+        context.instance,
+        sensor,
+        cursor_extra(context.cursor, CURSOR_KEY),
+        time.time(),
+        members=members,
     )
     for request in again.requests:
         # In the tick's log: what the sensor asked for again, and why.
-        context.log.info(
-            f"asking again (attempt {request.tags[ATTEMPT_TAG]}) for the work of run "
-            f"{request.tags[AGAIN_OF_TAG]}, which failed on something other than its data"
-        )
+        if ATTEMPT_TAG in request.tags:
+            context.log.info(
+                f"asking again (attempt {request.tags[ATTEMPT_TAG]}) for the work of run "
+                f"{request.tags[AGAIN_OF_TAG]}, which failed on something other than its data"
+            )
+        else:
+            context.log.info(
+                f"asking for {request.partition_key} alone: run {request.tags[AGAIN_OF_TAG]} "
+                "of several partitions failed on the data of one of them"
+            )
     return again
 
 
@@ -107,11 +127,21 @@ def _taken_over(instance: dg.DagsterInstance, run: dg.RunRecord) -> bool:
 
 
 def requested_again(
-    instance: dg.DagsterInstance, sensor: str, since: float | None, now: float
+    instance: dg.DagsterInstance,
+    sensor: str,
+    since: float | None,
+    now: float,
+    *,
+    members: Callable[[dg.DagsterRun], Sequence[str]] | None = None,
 ) -> Again:
     """The runs the sensor named `sensor` launched that failed after `since` (a POSIX
     time; None: a sensor that never looked, which looks from `now`) and whose work is due
-    again at `now`: each asked for again, of the same job and partitions."""
+    again at `now`: each asked for again, of the same job and partitions.
+
+    With `members` (the partitions of a range run), a range run that failed on its data
+    is asked for again partition by partition, at once: the partitions of a group whose
+    every member stands alone (a batch, audited on its own) are not held back by one bad
+    member, which then fails alone, named."""
     if since is None:
         return Again([], now)
     failed = instance.get_run_records(
@@ -127,7 +157,11 @@ def requested_again(
         run = record.dagster_run
         ended = record.end_time or record.update_timestamp.timestamp()
         newest = max(newest, record.update_timestamp.timestamp())
-        if run.tags.get("dagster/will_retry") == "true" or _refused(instance, run.run_id):
+        if run.tags.get("dagster/will_retry") == "true":
+            continue
+        if _refused(instance, run.run_id):
+            if members is not None and _WHICH_PARTITIONS[1] in run.tags:
+                requests += _alone(run, members(run))
             continue
         if _taken_over(instance, record):
             continue
@@ -152,3 +186,17 @@ def requested_again(
         )
     # Looked at again next tick: the failures still waiting (`updated_after` is strict).
     return Again(requests, min(waiting) - 0.001 if waiting else newest)
+
+
+def _alone(run: dg.DagsterRun, keys: Sequence[str]) -> list[dg.RunRequest]:
+    """A run of each of `keys`, the partitions of the failed range run `run`."""
+    tags = {k: v for k, v in run.tags.items() if not k.startswith("dagster/") and k != ATTEMPT_TAG}
+    return [
+        dg.RunRequest(
+            run_key=f"alone:{run.run_id}:{key}",
+            job_name=run.job_name,
+            partition_key=key,
+            tags={**tags, AGAIN_OF_TAG: run.run_id},
+        )
+        for key in keys
+    ]

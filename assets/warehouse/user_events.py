@@ -12,6 +12,7 @@ location is in the staging materialization's metadata).
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 from pyspark.sql import DataFrame
@@ -19,6 +20,7 @@ from pyspark.sql import functions as F
 
 from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.materialization import commit_metadata, materialization_metadata
+from assets.partition_range import SINGLE_RUN, materialize_partitions
 from assets.run_policy import NO_RETRY_ON_REFUSAL, TRANSIENT_RETRIES, Refusal
 from assets.warehouse.events_source import batch_file, parse_batch
 from assets.warehouse.staging_merge import TABLE_COLUMNS, deduplicate, merge_batch
@@ -29,7 +31,8 @@ from resources.landing import LandingFileError
 STAGING = "user_events_staging"
 EARLIEST_EVENT = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-event_batches = dg.DynamicPartitionsDefinition(name="event_batches")
+EVENT_BATCHES = "event_batches"
+event_batches = dg.DynamicPartitionsDefinition(name=EVENT_BATCHES)
 
 KEYS_CHECK = "staged_keys_unique_and_non_null"
 TIMES_CHECK = "staged_event_times_within_bounds"
@@ -122,6 +125,7 @@ def audit(lakehouse: Lakehouse, batch_id: str, settings: EventSettings) -> Audit
 
 @dg.asset(
     partitions_def=event_batches,
+    backfill_policy=SINGLE_RUN,
     group_name="warehouse",
     kinds={"spark", "delta"},
     check_specs=[
@@ -146,27 +150,30 @@ def user_events_staging(
 ) -> dg.MaterializeResult:
     """Write-audit-publish, step 1 and 2: the batch `events/<batch_id>.jsonl` parsed,
     deduplicated (newest version of each event) and staged in `user_events_staging`, then
-    audited by blocking checks; `user_events` publishes it only if every audit passes."""
-    batch_id = context.partition_key
-    try:
-        stat = landing.stat(batch_file(batch_id))
-    except LandingFileError as error:
-        raise Refusal(f"batch {batch_id}: {error}") from error
-    if stat is None:
-        raise Refusal(f"batch {batch_id}: {batch_file(batch_id)} is not in the landing zone")
-    parsed = parse_batch(spark.session(), landing, batch_id, [stat])
-    staged = deduplicate(parsed.frame).select(*TABLE_COLUMNS).localCheckpoint()
-    rows = staged.count()
-    where = eq("batch_id", batch_id)
-    result = lakehouse.overwrite(
-        STAGING,
-        staged,
-        where=where,
-        partition_by=["batch_id"],
-        metadata=commit_metadata(context, partition_key=batch_id, sources=parsed.sources),
-    )
-    return dg.MaterializeResult(
-        metadata=materialization_metadata(
+    audited by blocking checks; `user_events` publishes it only if every audit passes. A
+    run of several batches stages each in a commit of its own and passes an audit only
+    when every batch does (its sensor then asks for each batch alone)."""
+    staged_rows: dict[str, int] = {}
+
+    def stage(batch_id: str) -> dict[str, Any]:
+        try:
+            stat = landing.stat(batch_file(batch_id))
+        except LandingFileError as error:
+            raise Refusal(f"batch {batch_id}: {error}") from error
+        if stat is None:
+            raise Refusal(f"batch {batch_id}: {batch_file(batch_id)} is not in the landing zone")
+        parsed = parse_batch(spark.session(), landing, batch_id, [stat])
+        staged = deduplicate(parsed.frame).select(*TABLE_COLUMNS).localCheckpoint()
+        rows = staged_rows[batch_id] = staged.count()
+        where = eq("batch_id", batch_id)
+        result = lakehouse.overwrite(
+            STAGING,
+            staged,
+            where=where,
+            partition_by=["batch_id"],
+            metadata=commit_metadata(context, partition_key=batch_id, sources=parsed.sources),
+        )
+        return materialization_metadata(
             lakehouse,
             result,
             partition_key=batch_id,
@@ -178,14 +185,48 @@ def user_events_staging(
                 "staged_at": dg.MetadataValue.path(lakehouse.uri(STAGING)),
                 "staged_where": where.render(lakehouse.dialect),
             },
-        ),
-        check_results=audit(lakehouse, batch_id, event_settings).results(batch_rows=rows),
-    )
+        )
+
+    materialize_partitions(context, stage, on_failure="continue")
+    audits = [
+        audit(lakehouse, batch_id, event_settings).results(batch_rows=rows)
+        for batch_id, rows in staged_rows.items()
+    ]
+    return dg.MaterializeResult(check_results=all_batches(list(staged_rows), audits))
+
+
+def all_batches(
+    batch_ids: list[str], audits: list[list[dg.AssetCheckResult]]
+) -> list[dg.AssetCheckResult]:
+    """Each check's result over the batches of a run (each batch's results in `audits`,
+    in the order of `batch_ids`): a batch's own when it is alone; else passed when every
+    batch passed, naming the batches that did not with their facts."""
+    if len(audits) == 1:
+        return audits[0]
+    combined = []
+    for by_batch in zip(*audits, strict=True):
+        failed = {
+            batch_id: {k: getattr(v, "value", v) for k, v in result.metadata.items()}
+            for batch_id, result in zip(batch_ids, by_batch, strict=True)
+            if not result.passed
+        }
+        combined.append(
+            dg.AssetCheckResult(
+                check_name=by_batch[0].check_name,
+                passed=not failed,
+                metadata={
+                    "batches": dg.MetadataValue.int(len(batch_ids)),
+                    "failed_batches": dg.MetadataValue.json(failed),
+                },
+            )
+        )
+    return combined
 
 
 @dg.asset(
     partitions_def=event_batches,
     deps=[user_events_staging],
+    backfill_policy=SINGLE_RUN,
     group_name="warehouse",
     kinds={"spark", "delta"},
     **declared("newer-wins-merge", restore=RESTORE_WHOLE_TABLE, writes=["user_events_key_index"]),
@@ -195,28 +236,30 @@ def user_events(
 ) -> dg.MaterializeResult:
     """Write-audit-publish, step 3: the audited batch MERGEd into `user_events` in one
     commit, newest version of each event winning (deletes are tombstones), pinned to the
-    batch's event days and the days the record-level index names for its keys."""
-    batch_id = context.partition_key
-    if not lakehouse.exists(STAGING) or not lakehouse.count(
-        STAGING, where=eq("batch_id", batch_id)
-    ):
-        raise Refusal(f"batch {batch_id} is not staged: materialize user_events_staging first")
-    # The blocking checks stop a run whose audits fail before this step; a run of this
-    # asset alone audits again, so an unaudited batch is never published.
-    checked = audit(lakehouse, batch_id, event_settings)
-    if not (checked.keys_pass and checked.times_pass):
-        raise Refusal(
-            f"batch {batch_id} fails its audits (keys: {checked.null_keys} null, "
-            f"{checked.duplicated_keys} duplicated; event times {_shown(checked.earliest)} .. "
-            f"{_shown(checked.latest)}): fix the batch file and stage it again"
+    batch's event days and the days the record-level index names for its keys. A run of
+    several batches MERGEs each in a commit of its own, in the order they landed."""
+
+    def publish(batch_id: str) -> dict[str, Any]:
+        if not lakehouse.exists(STAGING) or not lakehouse.count(
+            STAGING, where=eq("batch_id", batch_id)
+        ):
+            raise Refusal(f"batch {batch_id} is not staged: materialize user_events_staging first")
+        # The blocking checks stop a run whose audits fail before this step; a run of this
+        # asset alone audits again, so an unaudited batch is never published.
+        checked = audit(lakehouse, batch_id, event_settings)
+        if not (checked.keys_pass and checked.times_pass):
+            raise Refusal(
+                f"batch {batch_id} fails its audits (keys: {checked.null_keys} null, "
+                f"{checked.duplicated_keys} duplicated; event times "
+                f"{_shown(checked.earliest)} .. {_shown(checked.latest)}): fix the batch file "
+                "and stage it again"
+            )
+        merged = merge_batch(
+            lakehouse,
+            _staged(lakehouse, batch_id),
+            metadata=commit_metadata(context, partition_key=batch_id),
         )
-    merged = merge_batch(
-        lakehouse,
-        _staged(lakehouse, batch_id),
-        metadata=commit_metadata(context, partition_key=batch_id),
-    )
-    return dg.MaterializeResult(
-        metadata=materialization_metadata(
+        return materialization_metadata(
             lakehouse,
             merged.result,
             partition_key=batch_id,
@@ -228,13 +271,16 @@ def user_events(
                 "rows_repaired": dg.MetadataValue.int(merged.rows_repaired),
             },
         )
-    )
+
+    materialize_partitions(context, publish, on_failure="continue")
+    return dg.MaterializeResult()
 
 
 event_batch_job = dg.define_asset_job(
     "event_batch_job",
     selection=dg.AssetSelection.assets(user_events_staging, user_events),
-    description="Stage, audit and publish one event batch (write-audit-publish).",
+    description="Stage, audit and publish event batches (write-audit-publish): one batch, or "
+    "a range of them, each staged, audited and published as it would be alone.",
     tags=NO_RETRY_ON_REFUSAL,
     op_retry_policy=TRANSIENT_RETRIES,
 )

@@ -10,9 +10,15 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from support import sensor_resources
+from support import partition_range, sensor_resources
 
-from assets.warehouse import EventSettings, event_batches, user_events, user_events_staging
+from assets.warehouse import (
+    EventSettings,
+    event_batch_job,
+    event_batches,
+    user_events,
+    user_events_staging,
+)
 from assets.warehouse.events_source import batch_file
 from assets.warehouse.staging_merge import USER_EVENTS
 from assets.warehouse.user_events import (
@@ -190,7 +196,8 @@ def test_the_sensor_registers_batches_and_launches_each_content_once(
             return event_batch_files(context)
 
     first = tick(None)
-    assert sorted(r.partition_key for r in first.run_requests) == ["b1", "b2"]
+    (together,) = first.run_requests  # the batches new to a tick: one run
+    assert (together.partition_key, together.tags) == (None, partition_range("b1", "b2"))
     assert first.dynamic_partitions_requests[0].partition_keys == ["b1", "b2"]
     instance.add_dynamic_partitions(event_batches.name, ["b1", "b2"])
     # Re-notified, unchanged: nothing. Changed: that batch again, under a new run key.
@@ -198,5 +205,57 @@ def test_the_sensor_registers_batches_and_launches_each_content_once(
     write_batch("b1", [event("e1"), event("e3")])
     again = tick(first.cursor)
     assert [r.partition_key for r in again.run_requests] == ["b1"]
-    assert again.run_requests[0].run_key != first.run_requests[0].run_key
+    assert again.run_requests[0].run_key != together.run_key
     assert again.dynamic_partitions_requests == []
+
+
+def test_the_batches_new_to_a_tick_are_one_run_and_a_bad_one_fails_alone(
+    landing, lakehouse, instance, write_batch, resources
+):
+    """Three batches land between two ticks: one run stages, audits and publishes them,
+    each in commits of its own. When one fails its audit, nothing of that run is
+    published, and the next tick asks for each batch alone: the two good ones land, the
+    bad one fails alone, and nothing is asked for again after that."""
+    write_batch("b1", [event("e1")])
+    write_batch("b2", [event("e2"), event("e3", ts="1999-12-31T23:59:59+00:00")])
+    write_batch("b3", [event("e4"), event("e5")])
+    job = dg.Definitions(
+        assets=[user_events_staging, user_events],
+        jobs=[event_batch_job],
+        resources={**resources, "event_settings": EventSettings()},
+    ).resolve_job_def(event_batch_job.name)
+
+    def tick(cursor: str | None) -> dg.SensorResult:
+        with dg.build_sensor_context(
+            instance=instance, cursor=cursor, resources=sensor_resources(landing)
+        ) as context:
+            return event_batch_files(context)
+
+    def run(request: dg.RunRequest) -> dg.ExecuteInProcessResult:
+        return job.execute_in_process(
+            instance=instance,
+            partition_key=request.partition_key,
+            tags={**request.tags, "dagster/sensor_name": event_batch_files.name},
+            raise_on_error=False,
+        )
+
+    first = tick(None)
+    (together,) = first.run_requests
+    assert together.tags == partition_range("b1", "b3")
+    instance.add_dynamic_partitions(event_batches.name, ["b1", "b2", "b3"])
+    result = run(together)
+    assert not result.success
+    (times,) = [e for e in result.get_asset_check_evaluations() if e.check_name == TIMES_CHECK]
+    assert not times.passed and list(times.metadata["failed_batches"].value) == ["b2"]
+    assert not lakehouse.exists(USER_EVENTS)
+    staged = result.asset_materializations_for_node("user_events_staging")
+    assert sorted(m.partition for m in staged) == ["b1", "b2", "b3"]
+    assert len({m.metadata["delta_version"].value for m in staged}) == 3
+
+    second = tick(first.cursor)
+    assert sorted(r.partition_key for r in second.run_requests) == ["b1", "b2", "b3"]
+    landed = {r.partition_key: run(r).success for r in second.run_requests}
+    assert landed == {"b1": True, "b2": False, "b3": True}
+    events = lakehouse.read_arrow(USER_EVENTS, columns=["event_id"]).column(0).to_pylist()
+    assert sorted(events) == ["e1", "e4", "e5"]
+    assert tick(second.cursor).run_requests == []
