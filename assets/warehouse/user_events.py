@@ -25,7 +25,7 @@ from assets.run_policy import NO_RETRY_ON_REFUSAL, TRANSIENT_RETRIES, Refusal
 from assets.warehouse.events_source import batch_file, parse_batch
 from assets.warehouse.staging_merge import TABLE_COLUMNS, deduplicate, merge_batch
 from resources import Lakehouse, LandingZone, SparkResource
-from resources.lakehouse.predicates import eq
+from resources.lakehouse.predicates import eq, is_in
 from resources.landing import LandingFileError
 
 STAGING = "user_events_staging"
@@ -104,23 +104,37 @@ class Audit:
         ]
 
 
-def audit(lakehouse: Lakehouse, batch_id: str, settings: EventSettings) -> Audit:
-    """Read the staged batch back and measure what the audits judge, in one Spark job."""
-    rows, null_keys, distinct_keys, earliest, latest = (
-        _staged(lakehouse, batch_id)
+def audits(lakehouse: Lakehouse, batch_ids: list[str], settings: EventSettings) -> dict[str, Audit]:
+    """Read the staged batches back and measure what the audits judge, in one Spark job
+    (a batch with nothing staged has 0 rows)."""
+    measured = {
+        row["batch_id"]: row
+        for row in lakehouse.read(STAGING, where=is_in("batch_id", batch_ids))
+        .groupBy("batch_id")
         .agg(
-            F.count("*"),
-            F.count_if(F.col("event_id").isNull()),
-            F.count_distinct("event_id"),
-            F.min(F.unix_micros("event_timestamp")),
-            F.max(F.unix_micros("event_timestamp")),
+            F.count("*").alias("rows"),
+            F.count_if(F.col("event_id").isNull()).alias("null_keys"),
+            F.count_distinct("event_id").alias("keys"),
+            F.min(F.unix_micros("event_timestamp")).alias("earliest"),
+            F.max(F.unix_micros("event_timestamp")).alias("latest"),
         )
-        .collect()[0]
-    )
+        .collect()
+    }
     max_future = dt.datetime.now(dt.UTC) + dt.timedelta(hours=settings.max_future_skew_hours)
-    return Audit(
-        batch_id, rows, null_keys, rows - null_keys - distinct_keys, earliest, latest, max_future
-    )
+    found = {}
+    for batch_id in batch_ids:
+        row = measured.get(batch_id)
+        rows, null_keys = (row["rows"], row["null_keys"]) if row else (0, 0)
+        found[batch_id] = Audit(
+            batch_id,
+            rows,
+            null_keys,
+            rows - null_keys - (row["keys"] if row else 0),
+            row["earliest"] if row else None,
+            row["latest"] if row else None,
+            max_future,
+        )
+    return found
 
 
 @dg.asset(
@@ -188,11 +202,9 @@ def user_events_staging(
         )
 
     materialize_partitions(context, stage, on_failure="continue")
-    audits = [
-        audit(lakehouse, batch_id, event_settings).results(batch_rows=rows)
-        for batch_id, rows in staged_rows.items()
-    ]
-    return dg.MaterializeResult(check_results=all_batches(list(staged_rows), audits))
+    audited = audits(lakehouse, list(staged_rows), event_settings)
+    results = [audited[batch].results(batch_rows=rows) for batch, rows in staged_rows.items()]
+    return dg.MaterializeResult(check_results=all_batches(list(staged_rows), results))
 
 
 def all_batches(
@@ -239,14 +251,15 @@ def user_events(
     batch's event days and the days the record-level index names for its keys. A run of
     several batches MERGEs each in a commit of its own, in the order they landed."""
 
+    # The blocking checks stop a run whose audits fail before this step; a run of this
+    # asset alone audits again, so an unaudited batch is never published.
+    staged = lakehouse.exists(STAGING)
+    audited = audits(lakehouse, context.partition_keys, event_settings) if staged else {}
+
     def publish(batch_id: str) -> dict[str, Any]:
-        if not lakehouse.exists(STAGING) or not lakehouse.count(
-            STAGING, where=eq("batch_id", batch_id)
-        ):
+        checked = audited.get(batch_id)
+        if checked is None or not checked.rows:
             raise Refusal(f"batch {batch_id} is not staged: materialize user_events_staging first")
-        # The blocking checks stop a run whose audits fail before this step; a run of this
-        # asset alone audits again, so an unaudited batch is never published.
-        checked = audit(lakehouse, batch_id, event_settings)
         if not (checked.keys_pass and checked.times_pass):
             raise Refusal(
                 f"batch {batch_id} fails its audits (keys: {checked.null_keys} null, "

@@ -26,7 +26,7 @@ from assets.warehouse.user_events import (
     KEYS_CHECK,
     STAGING,
     TIMES_CHECK,
-    audit,
+    audits,
 )
 from resources.lakehouse.predicates import eq
 from sensors.event_batches import event_batch_files
@@ -147,7 +147,7 @@ def test_publishing_alone_audits_again_and_refuses_a_damaged_stage(
     assert run_batch("b1", assets=[user_events_staging]).success
     stage = lakehouse.read_arrow(STAGING, where=eq("batch_id", "b1"))
     lakehouse.append(STAGING, stage.slice(0, 1), metadata={"test": "damage"})
-    audited = audit(lakehouse, "b1", EventSettings())
+    audited = audits(lakehouse, ["b1"], EventSettings())["b1"]
     assert (audited.duplicated_keys, audited.keys_pass) == (1, False)
     counted = {r.check_name: r.passed for r in audited.results(batch_rows=2)}
     assert counted == {KEYS_CHECK: False, TIMES_CHECK: True, COUNT_CHECK: False}
