@@ -121,18 +121,19 @@ def audits(lakehouse: Lakehouse, batch_ids: list[str], settings: EventSettings) 
         .collect()
     }
     max_future = dt.datetime.now(dt.UTC) + dt.timedelta(hours=settings.max_future_skew_hours)
+    nothing: dict[str, Any] = {
+        "rows": 0,
+        "null_keys": 0,
+        "keys": 0,
+        "earliest": None,
+        "latest": None,
+    }
     found = {}
     for batch_id in batch_ids:
-        row = measured.get(batch_id)
-        rows, null_keys = (row["rows"], row["null_keys"]) if row else (0, 0)
+        m = measured.get(batch_id, nothing)
+        duplicated = m["rows"] - m["null_keys"] - m["keys"]
         found[batch_id] = Audit(
-            batch_id,
-            rows,
-            null_keys,
-            rows - null_keys - (row["keys"] if row else 0),
-            row["earliest"] if row else None,
-            row["latest"] if row else None,
-            max_future,
+            batch_id, m["rows"], m["null_keys"], duplicated, m["earliest"], m["latest"], max_future
         )
     return found
 
