@@ -321,13 +321,18 @@ def _file_blocks(
     )
     rows = hashes.unionByName(counts).collect()
     read = [row.source_file for row in rows if row.spark_path is None]
+    step = landing.mtime_step_ms  # Spark's times, to the precision of the landing zone's
+
+    def kept(ms: int) -> int:
+        return ms - ms % step
+
     listed_after = {  # looked at side by side (on an object store, a request each)
-        path: None if stat is None else (stat.size, stat.mtime_ns // 1_000_000)
+        path: None if stat is None else (stat.size, kept(stat.mtime_ns // 1_000_000))
         for path, stat in zip(read, landing.listed_each(read), strict=True)
     }
     numbering = number_blocks(
         [
-            WholeFile(row.source_file, row.source_size, row.mtime_ms, row.source_sha256)
+            WholeFile(row.source_file, row.source_size, kept(row.mtime_ms), row.source_sha256)
             for row in rows
             if row.spark_path is None
         ],
@@ -337,7 +342,7 @@ def _file_blocks(
                 row.spark_path,
                 row.block,
                 row.source_size,
-                row.mtime_ms,
+                kept(row.mtime_ms),
                 row.lines,
                 row.first_row_id,
                 row.non_blank,

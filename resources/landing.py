@@ -158,6 +158,8 @@ class LandingZone(dg.ConfigurableResource):
     local: ClassVar[bool] = True
     """Whether the files lie on a file system of this machine (its kernel's notifications
     and paths apply)."""
+    mtime_step_ms: ClassVar[int] = 1
+    """The precision of the modification times it gives, in milliseconds."""
 
     root: str
     full_listing_seconds: int = Field(

@@ -5,7 +5,8 @@ with the S3 API, through boto3:
 - a listing is `ListObjectsV2`, paged (`page_size` keys a request): every key's size,
   last-modified time and entity tag (ETag) come with the page, so unchanged files cost
   no request of their own, and a changed ETag (a replaced object) is seen even where
-  size and time are equal;
+  size and time are equal; one object's facts are one `HeadObject`, and times are kept to
+  the whole second, as S3 keeps them, so a listing and a lookup agree;
 - a header line is a ranged `GetObject` (`Range: bytes=0-4095`), and so is what of a
   growing file a run on Spark's executors reads;
 - Spark reads the files through S3A (`s3a://`), configured from the same settings.
@@ -68,6 +69,7 @@ class S3LandingZone(LandingZone):
     """Source files under an `s3://bucket/prefix` root (see the module)."""
 
     local: ClassVar[bool] = False
+    mtime_step_ms: ClassVar[int] = 1000
     s3: S3Storage = S3Storage()
     """Endpoint and credentials (unset fields: the AWS_* environment)."""
     page_size: int = Field(
@@ -151,18 +153,17 @@ class S3LandingZone(LandingZone):
         return self.stat(path)
 
     def stat(self, path: str) -> FileStat | None:
-        """The listing facts of one object (None when there is none), from a listing
-        request: a `HeadObject` gives the time to the second only, where listings (and
-        Spark, which lists) give milliseconds."""
-        key = self._key(path)
+        """The facts of one object (None when there is none), from one `HeadObject`: a
+        request whose cost does not grow with the bucket, as a prefix listing's may."""
         try:
-            page = self._client().list_objects_v2(Bucket=self._bucket, Prefix=key, MaxKeys=1)
+            head = self._client().head_object(Bucket=self._bucket, Key=self._key(path))
         except ClientError as error:
+            if _code(error) in _MISSING:
+                return None
             raise _refused(path, error) from error
-        first = next(iter(page.get("Contents", ())), None)
-        if first is None or first["Key"] != key:
-            return None
-        return _stat_of(first, len(self._prefix))
+        return FileStat(
+            path, head["ContentLength"], _seconds_ns(head["LastModified"]), head["ETag"]
+        )
 
     def exists(self, path: str) -> bool:
         return self.stat(path) is not None
@@ -226,10 +227,8 @@ class S3LandingZone(LandingZone):
     def read(
         self, path: str, *, prefixes: Callable[[bytes], Iterable[int]] | None = None
     ) -> LandedFile:
-        listed = self.stat(path)
-        if listed is None:
-            raise FileNotFoundError(errno.ENOENT, "no such object", path)
-        return self._read_listed(listed, prefixes)
+        content, etag, mtime_ns = self._get(path)
+        return landed(path, content, mtime_ns, prefixes, etag)
 
     def _hashed(self, stat: FileStat) -> Fingerprint:
         return self._read_listed(stat, None).fingerprint
@@ -238,10 +237,9 @@ class S3LandingZone(LandingZone):
         self, stat: FileStat, prefixes: Callable[[bytes], Iterable[int]] | None
     ) -> LandedFile:
         """The listed object, read only if its ETag is still the listed one (`If-Match`):
-        the listing's facts (its time to the millisecond, where a read's headers give
-        seconds) are the bytes'. One replaced since is refused, named, and looked at again
-        by the next listing."""
-        content, etag = self._get(stat.path, IfMatch=stat.etag or "*")
+        the listing's facts are the bytes'. One replaced since is refused, named, and
+        looked at again by the next listing."""
+        content, etag, _ = self._get(stat.path, IfMatch=stat.etag or "*")
         return landed(stat.path, content, stat.mtime_ns, prefixes, etag)
 
     @staticmethod
@@ -253,15 +251,16 @@ class S3LandingZone(LandingZone):
         with ThreadPoolExecutor(max_workers=READERS) as pool:
             return builtins.list(pool.map(work, items))
 
-    def _get(self, path: str, **ranged: str) -> tuple[bytes, str]:
+    def _get(self, path: str, **ranged: str) -> tuple[bytes, str, int]:
+        """The object's bytes (of the range asked for), ETag and modification time."""
         try:
             response = self._client().get_object(Bucket=self._bucket, Key=self._key(path), **ranged)
         except ClientError as error:
             if _code(error) == "InvalidRange":  # a range of an empty object
-                return b"", ""
+                return b"", "", 0
             raise _refused(path, error) from error
         with response["Body"] as body:
-            return body.read(), response["ETag"]
+            return body.read(), response["ETag"], _seconds_ns(response["LastModified"])
 
     def _client(self, service: str = "s3") -> Any:
         """One boto3 client per process, service and settings (clients are thread-safe;
@@ -309,5 +308,13 @@ def _refused(path: str, error: ClientError) -> OSError:
 def _stat_of(listed: dict, root: int) -> FileStat:
     """A listing entry's facts, its key less the first `root` characters (the root's
     prefix)."""
-    modified = (listed["LastModified"] - _EPOCH) // dt.timedelta(microseconds=1)
-    return FileStat(listed["Key"][root:], listed["Size"], modified * 1000, listed["ETag"])
+    return FileStat(
+        listed["Key"][root:], listed["Size"], _seconds_ns(listed["LastModified"]), listed["ETag"]
+    )
+
+
+def _seconds_ns(modified: dt.datetime) -> int:
+    """An object's last-modified time in nanoseconds, to the whole second: what S3 keeps
+    and `HeadObject` says, where some servers' listings add milliseconds. A listing and a
+    lookup of an unchanged object then agree."""
+    return (modified - _EPOCH) // dt.timedelta(seconds=1) * 1_000_000_000
