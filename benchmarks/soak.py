@@ -25,6 +25,15 @@ Nobody touches anything meanwhile: whatever heals, heals through the platform (r
 retries, `dead_runs`, the sensors asking again for failed work, the managed Spark).
 It prints the faults of each kind, the files landed, the runs launched, failed and
 retried, and the time to converge; exits 1 when a bound is missed.
+
+With `--stack`, the load alone (no fault) lands on a production profile that is up and
+fresh (`make stack`, nothing landed yet), whose variables the shell holds: the files go
+to its bucket through the landing zone's file system, its daemon launches the runs on its
+cluster, and the sensors tick at the interval the stack was started with:
+
+    SENSOR_INTERVAL_SECONDS=30 make stack                # in one shell
+    set -a && source .data/stack/env && set +a           # in another
+    .venv/bin/python benchmarks/soak.py --stack --files-per-hour 3000 --minutes 8
 """
 
 from __future__ import annotations
@@ -53,8 +62,11 @@ from soak_faults import CODE_SERVER, DAEMON, DISK, RUN, SPARK, WEBSERVER, Faults
 from soak_load import EventBatches, Telemetry, Visits  # noqa: E402
 from soak_ui import screenshots  # noqa: E402
 
+from assets.overwriting.data_overwrite import VISITS_DAILY  # noqa: E402
+from demo.__main__ import load_definitions  # noqa: E402
+from demo.landing_files import LandingFiles  # noqa: E402
 from demo.processes import supervised_platform, wait_until_serving  # noqa: E402
-from resources import Lakehouse, SparkResource  # noqa: E402
+from resources import Lakehouse, LandingZone, SparkResource  # noqa: E402
 from resources.spark_server import long_lived_spark, server_state  # noqa: E402
 
 PLAN = {RUN: 12, SPARK: 4, CODE_SERVER: 1, DAEMON: 1, WEBSERVER: 1, DISK: 1}
@@ -92,7 +104,7 @@ class Soak:
         seed: int,
         base: Path,
         lakehouse: Lakehouse,
-        landing: Path,
+        landing: LandingFiles,
         files_per_hour: float | None = None,
         minutes: float = 5,
     ) -> None:
@@ -121,6 +133,7 @@ class Soak:
         self.queued: list[tuple[float, int, int]] = []
         """(seconds into the soak, runs queued, runs going), sampled every 10 s."""
         self.began = time.monotonic()
+        self.base = base
         self.log = (base / "soak.log").open("a")
 
     def say(self, line: str) -> None:
@@ -272,7 +285,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--sensor-interval", type=int, default=3, help="SENSOR_INTERVAL_SECONDS (default 3)"
     )
+    parser.add_argument(
+        "--stack",
+        action="store_true",
+        help="the load alone on the fresh production profile whose variables the shell holds",
+    )
     args = parser.parse_args(argv)
+    if args.stack:
+        return on_stack(args)
     base = PROJECT_ROOT / ".data" / "soak" / f"seed-{args.seed}"
     lake_root, landing, home = base / "lakehouse", base / "landing", base / "dagster"
     unmount(lake_root)
@@ -287,9 +307,7 @@ def main(argv: list[str]) -> int:
         "SENSOR_INTERVAL_SECONDS": str(args.sensor_interval),
     }
     os.environ.update(env)
-    rate = f"{args.files_per_hour:g} files an hour" if args.files_per_hour else "load"
-    faults = "" if args.no_faults else " and faults"
-    print(f"Soak of seed {args.seed}: {args.minutes:g} min of {rate}{faults}; logs in {base}")
+    print(f"Soak of seed {args.seed}: {args.minutes:g} min of {_load(args)}; logs in {base}")
     if disk is None:
         print("   (no small file system could be mounted here: the disk is not filled)")
     try:
@@ -299,16 +317,43 @@ def main(argv: list[str]) -> int:
             with supervised_platform(PROJECT_ROOT, base, env) as platform:
                 wait_until_serving(platform)
                 print(f"Platform up: {platform.url} (webserver), daemon and code server")
-                return soak(args, base, platform, home, lake_root, landing, disk)
+                instance = dg.DagsterInstance.get()
+                lakehouse = Lakehouse(root=str(lake_root), spark=SparkResource())
+                files = LandingFiles(LandingZone(root=str(landing)))
+                state = Soak(args.seed, base, lakehouse, files, args.files_per_hour, args.minutes)
+                faults = Faults(platform, instance, server_state(home), disk)
+                return soak(args, state, instance, faults, platform.url, platform.processes)
     finally:
         unmount(lake_root)
 
 
-def soak(args, base, platform, home, lake_root, landing, disk) -> int:
-    instance = dg.DagsterInstance.get()
-    lakehouse = Lakehouse(root=str(lake_root), spark=SparkResource())
-    state = Soak(args.seed, base, lakehouse, landing, args.files_per_hour, args.minutes)
-    faults = Faults(platform, instance, server_state(home), disk)
+def _load(args) -> str:
+    rate = f"{args.files_per_hour:g} files an hour" if args.files_per_hour else "load"
+    return rate + ("" if args.no_faults else " and faults")
+
+
+def on_stack(args) -> int:
+    """The load on the production profile the environment points at (`--stack`)."""
+    url = os.environ.get("DAGSTER_WEBSERVER_URL")
+    if not url or not os.environ.get("LANDING_ROOT", "").startswith("s3://"):
+        print("--stack: no stack in this shell (set -a && source .data/stack/env && set +a)")
+        return 2
+    args.no_faults = True
+    base = PROJECT_ROOT / ".data" / "soak" / "stack"
+    base.mkdir(parents=True, exist_ok=True)
+    with dg.build_resources(load_definitions().resources) as built:
+        lakehouse, landing = built.lakehouse, built.landing
+        if lakehouse.exists(VISITS_DAILY):
+            print(f"--stack: {lakehouse.root} already holds tables; start a fresh stack")
+            return 2
+        print(f"Soak on the stack: {args.minutes:g} min of {_load(args)} into {landing.root}")
+        state = Soak(
+            args.seed, base, lakehouse, LandingFiles(landing), args.files_per_hour, args.minutes
+        )
+        return soak(args, state, dg.DagsterInstance.get(), None, url, ())
+
+
+def soak(args, state, instance, faults, url, processes) -> int:
     load_seconds = args.minutes * 60
     until = time.monotonic() + load_seconds
     lander = threading.Thread(target=state.land, args=(until,), daemon=True)
@@ -328,7 +373,7 @@ def soak(args, base, platform, home, lake_root, landing, disk) -> int:
     load_over = time.monotonic()
     if args.no_faults:
         last_fault = load_over
-    if faults.disk_filled_until > last_fault:
+    if faults is not None and faults.disk_filled_until > last_fault:
         last_fault = faults.disk_filled_until
     state.say(f"load over: {sum(state.landed.values())} files landed; waiting for the tables")
     deadline = last_fault + args.converge_minutes * 60
@@ -354,10 +399,12 @@ def soak(args, base, platform, home, lake_root, landing, disk) -> int:
     sampling.set()
     after_drain = state.correct()
     print()
-    print("Faults:       " + ", ".join(f"{kind} {n}" for kind, n in faults.done.items()))
+    if faults is not None:
+        print("Faults:       " + ", ".join(f"{kind} {n}" for kind, n in faults.done.items()))
     print("Files landed: " + ", ".join(f"{what} {n}" for what, n in sorted(state.landed.items())))
-    restarts = {p.name: p.starts - 1 for p in platform.processes}
-    print("Restarts:     " + ", ".join(f"{name} {n}" for name, n in restarts.items()))
+    if processes:
+        restarts = {p.name: p.starts - 1 for p in processes}
+        print("Restarts:     " + ", ".join(f"{name} {n}" for name, n in restarts.items()))
     print("Runs:         " + ", ".join(f"{k} {v}" for k, v in run_stats(instance).items()))
     for table, ok in after_drain.items():
         print(f"   {table:<28} {'equal to plain Python' if ok else 'DIFFERENT'}")
@@ -367,7 +414,7 @@ def soak(args, base, platform, home, lake_root, landing, disk) -> int:
     missed = [
         f"{kind} kills {faults.done[kind]} < {n}"
         for kind, n in BOUNDS.items()
-        if faults.done[kind] < n and not args.no_faults
+        if not args.no_faults and faults.done[kind] < n
     ]
     if converged is None:
         missed.append(f"not correct within {args.converge_minutes:g} min of the last fault")
@@ -376,9 +423,9 @@ def soak(args, base, platform, home, lake_root, landing, disk) -> int:
     if converged is not None:
         bound = args.converge_minutes * 60
         print(f"Converged {converged:.0f} s after the last fault (bound {bound:.0f} s).")
-    shots = screenshots(platform.url, instance, base / "ui")
+    shots = screenshots(url, instance, state.base / "ui")
     if shots:
-        print(f"The UI after the soak: {len(shots)} screenshots in {base / 'ui'}")
+        print(f"The UI after the soak: {len(shots)} screenshots in {state.base / 'ui'}")
     print("PASS" if not missed else "FAIL: " + "; ".join(missed))
     return 0 if not missed else 1
 

@@ -17,18 +17,17 @@ rows alone.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import random
-import shutil
 from collections import defaultdict
-from pathlib import Path
+from pathlib import PurePosixPath
 
 from assets.overwriting.data_overwrite import VISITS_DAILY
 from assets.overwriting.exposition import manifest_entries, weeks_by_table
 from assets.telemetry import control
 from assets.warehouse.events_source import batch_file
 from assets.warehouse.staging_merge import USER_EVENTS
-from demo.generate import _visits, day_folder
+from demo.generate import _lines, _visits, day_folder
+from demo.landing_files import LandingFiles
 from demo.telemetry import HEADER, SUBJECTS, _report
 from demo.warehouse import _event, expected_events
 from resources import Lakehouse
@@ -42,17 +41,12 @@ TOTALS = "telemetry_running_totals"
 class Visits:
     """Files of `visits/date=D/`; a visit is kept once per day (the first copy)."""
 
-    def __init__(self, landing: Path, first_day: dt.date, rng: random.Random) -> None:
+    def __init__(self, landing: LandingFiles, first_day: dt.date, rng: random.Random) -> None:
         self.landing, self.rng = landing, rng
         self.touched: Touched = None
         self.days = [first_day + dt.timedelta(days=i) for i in range(14)]
-        self.files: dict[Path, list[dict]] = {}
+        self.files: dict[PurePosixPath, list[dict]] = {}
         self.parts = 0
-
-    def _write(self, path: Path, visits: list[dict], mode: str = "w") -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open(mode, encoding="utf-8") as out:
-            out.writelines(json.dumps(v, sort_keys=True) + "\n" for v in visits)
 
     def land(self) -> str:
         self.parts += 1
@@ -60,7 +54,7 @@ class Visits:
         if self.files and roll < 0.15:
             original = self.rng.choice(sorted(self.files))
             copy = original.with_name(f"{original.stem}.redelivered-{self.parts}.jsonl")
-            shutil.copyfile(original, copy)
+            self.landing.copy(str(original), str(copy))
             self.files[copy] = list(self.files[original])
             self.touched = (VISITS_DAILY, original.parent.name.removeprefix("date="))
             return "visits: a file delivered twice"
@@ -68,14 +62,14 @@ class Visits:
             path = self.rng.choice(sorted(self.files))
             day = dt.date.fromisoformat(path.parent.name.removeprefix("date="))
             more = _visits(day, self.parts, 5, self.rng)
-            self._write(path, more, "a")
+            self.landing.append(str(path), _lines(more))
             self.files[path] += more
             self.touched = (VISITS_DAILY, day.isoformat())
             return "visits: a file appended to"
         day = self.rng.choice(self.days)
         visits = _visits(day, self.parts, 40, self.rng)
-        path = self.landing / day_folder(day) / f"part-{self.parts}.jsonl"
-        self._write(path, visits)
+        path = PurePosixPath(day_folder(day), f"part-{self.parts}.jsonl")
+        self.landing.write(str(path), _lines(visits))
         self.files[path] = visits
         self.touched = (VISITS_DAILY, day.isoformat())
         return "visits: a new file"
@@ -121,7 +115,11 @@ class Telemetry:
     shuffled."""
 
     def __init__(
-        self, landing: Path, first_hour: dt.datetime, rng: random.Random, subjects: int = 3
+        self,
+        landing: LandingFiles,
+        first_hour: dt.datetime,
+        rng: random.Random,
+        subjects: int = 3,
     ) -> None:
         """`subjects`: the demo's three tools, and more (Tool04, ...) beyond three."""
         self.landing, self.rng = landing, rng
@@ -138,10 +136,8 @@ class Telemetry:
     def _write(self, report, lines: int | None = None) -> None:
         """The report, or its first `lines` lines and part of the next (no newline yet:
         a writer caught mid-line)."""
-        path = self.landing / report.path
-        path.parent.mkdir(parents=True, exist_ok=True)
         torn = b"" if lines is None else report.lines[lines][:12]
-        path.write_bytes(HEADER + b"".join(report.lines[:lines]) + torn)
+        self.landing.write(report.path, HEADER + b"".join(report.lines[:lines]) + torn)
         self.written[report.path] = report.lines[:lines]
 
     def land(self) -> str:
@@ -153,9 +149,7 @@ class Telemetry:
             self.touched = (TOTALS, report.subject)
             return "telemetry: a half-written file completed"
         if self.written and roll < 0.4:
-            path = self.rng.choice(sorted(self.written))
-            target = self.landing / path
-            target.write_bytes(target.read_bytes())
+            self.landing.deliver_again(self.rng.choice(sorted(self.written)))
             return "telemetry: a file delivered again, unchanged"
         if not self.pending:
             return "telemetry: nothing left to land"
@@ -227,7 +221,7 @@ class EventBatches:
 
     EVENTS = 200
 
-    def __init__(self, landing: Path, rng: random.Random) -> None:
+    def __init__(self, landing: LandingFiles, rng: random.Random) -> None:
         self.landing, self.rng = landing, rng
         self.touched: Touched = None
         self.batches: dict[str, list[dict]] = {}
@@ -258,11 +252,7 @@ class EventBatches:
         return "events: a batch of versions years apart, with deletions"
 
     def _write(self, batch_id: str, rows: list[dict]) -> None:
-        path = self.landing / batch_file(batch_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.tmp")
-        temporary.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-        temporary.rename(path)
+        self.landing.write(batch_file(batch_id), _lines(rows))
         self.batches[batch_id] = rows
         self.touched = (USER_EVENTS, batch_id)
 

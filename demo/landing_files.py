@@ -20,12 +20,17 @@ class LandingFiles:
         return f"{self._base}/{path}"
 
     def write(self, path: str, content: bytes | str) -> str:
-        """Lands `content` at `path` whole (an object is replaced at once); returns `path`."""
-        full = self._full(path)
-        if self._local:  # an object store has no folders to make
-            self.filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
+        """Lands `content` at `path` whole, at once: an object is put whole; on a disk the
+        bytes go to a hidden file beside it, renamed into place. Returns `path`."""
+        full = target = self._full(path)
+        if self._local:  # an object store has no folders to make, nor renames to wait for
+            folder, name = full.rsplit("/", 1)
+            self.filesystem.create_dir(folder, recursive=True)
+            full = f"{folder}/.{name}.tmp"
         with self.filesystem.open_output_stream(full) as out:
             out.write(content.encode() if isinstance(content, str) else content)
+        if full != target:
+            self.filesystem.move(full, target)
         return path
 
     def read(self, path: str) -> bytes:
