@@ -142,16 +142,20 @@ class Soak:
 
     def land(self, until: float) -> None:
         weights = {"visits": 0.35, "telemetry": 0.4, "events": 0.25}
-        while time.monotonic() < until:
+        due = time.monotonic()
+        while due < until:
             source = self.rng.choices(list(weights), weights=list(weights.values()))[0]
             self.landed[self.sources[source].land()] += 1
             if touched := self.sources[source].touched:
                 self.landings.append((time.time(), *touched))
+            # The next file is due a random gap after this one was: the time a landing
+            # takes (a put into a bucket) does not slow the rate down.
             if self.files_per_hour:
                 gap = 3600 / self.files_per_hour
-                time.sleep(self.rng.uniform(0.5 * gap, 1.5 * gap))
+                due += self.rng.uniform(0.5 * gap, 1.5 * gap)
             else:
-                time.sleep(self.rng.uniform(2.5, 5.5))
+                due += self.rng.uniform(2.5, 5.5)
+            time.sleep(max(0.0, due - time.monotonic()))
 
     def sample_queue(self, instance: dg.DagsterInstance, stop: threading.Event) -> None:
         while not stop.wait(10):
