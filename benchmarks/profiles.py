@@ -25,10 +25,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -74,23 +72,6 @@ def upload(local: Path, env: dict[str, str], root: str) -> None:
     )
 
 
-def demo(env: dict[str, str], out: Path) -> tuple[float, list[str]]:
-    """`python -m demo` in `env`: its seconds and its tables' checksums."""
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-u", "-m", "demo"],
-        env=env,
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-    )
-    elapsed = time.monotonic() - started
-    out.write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
-        raise SystemExit(f"the demo failed; its report: {out}")
-    return elapsed, CHECKSUM.findall(done.stdout)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=364)
@@ -99,7 +80,10 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="bench-profiles-"))
     scratch.chmod(0o755)  # Postgres runs as `nobody` under root
     landing = scratch / "landing"
-    every_day = [run_cost.FIRST_DAY + dt.timedelta(days=i) for i in range(2 * args.days + 3)]
+    # Two ranges and three single days, ending within a year of run_cost's first day (and
+    # so before today: visits_daily has no partition of a day to come).
+    start = run_cost.FIRST_DAY - dt.timedelta(days=args.days)
+    every_day = [start + dt.timedelta(days=i) for i in range(2 * args.days + 3)]
     for day in every_day:
         run_cost.write_day(landing, day, 3)
     keys = [day.isoformat() for day in every_day]
@@ -131,7 +115,8 @@ def main() -> None:
     print(f"  embedded default     {embedded_seconds:6.0f} s", flush=True)
     with servers.production_stack(SENSOR_INTERVAL_SECONDS=DEMO_INTERVAL) as stack:
         env = {k: v for k, v in os.environ.items() if k not in run_cost.SPARK_VARIABLES}
-        seconds, sums = demo(env | stack, scratch / "stack-demo.out")
+        seconds = run_cost.run_demo(env | stack, scratch / "stack-demo.out")
+    sums = CHECKSUM.findall((scratch / "stack-demo.out").read_text())
     same = "the same checksums" if sums == embedded_sums else "DIFFERENT checksums"
     print(f"  production profile   {seconds:6.0f} s   ({same}; sensors every {DEMO_INTERVAL} s)")
 

@@ -235,6 +235,11 @@ def demo_time(work: Path) -> float:
         LAKEHOUSE_ROOT=str(work / "lakehouse"),
         LANDING_ROOT=str(work / "landing"),
     )
+    return run_demo(env, work / "demo.out")
+
+
+def run_demo(env: dict[str, str], out: Path) -> float:
+    """Wall time of `python -m demo` in `env`; its report is written to `out`."""
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-u", "-m", "demo"],
@@ -244,9 +249,9 @@ def demo_time(work: Path) -> float:
         text=True,
     )
     elapsed = time.monotonic() - started
-    (work / "demo.out").write_text(done.stdout + done.stderr)
+    out.write_text(done.stdout + done.stderr)
     if done.returncode != 0:
-        raise SystemExit(f"the demo failed; its report: {work / 'demo.out'}")
+        raise SystemExit(f"the demo failed; its report: {out}")
     return elapsed
 
 
