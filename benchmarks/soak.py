@@ -426,7 +426,8 @@ def soak(args, state, instance, faults, url, processes) -> int:
         missed.append("the queue did not drain, or a table changed after converging")
     if converged is not None:
         bound = args.converge_minutes * 60
-        print(f"Converged {converged:.0f} s after the last fault (bound {bound:.0f} s).")
+        since = "the load ended" if args.no_faults else "the last fault"
+        print(f"Converged {converged:.0f} s after {since} (bound {bound:.0f} s).")
     shots = screenshots(url, instance, state.base / "ui")
     if shots:
         print(f"The UI after the soak: {len(shots)} screenshots in {state.base / 'ui'}")
