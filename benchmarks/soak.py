@@ -325,7 +325,9 @@ def main(argv: list[str]) -> int:
                 lakehouse = Lakehouse(root=str(lake_root), spark=SparkResource())
                 files = LandingFiles(LandingZone(root=str(landing)))
                 state = Soak(args.seed, base, lakehouse, files, args.files_per_hour, args.minutes)
-                faults = Faults(platform, instance, server_state(home), disk)
+                faults = (
+                    None if args.no_faults else Faults(platform, instance, server_state(home), disk)
+                )
                 return soak(args, state, instance, faults, platform.url, platform.processes)
     finally:
         unmount(lake_root)

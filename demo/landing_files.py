@@ -22,15 +22,15 @@ class LandingFiles:
     def write(self, path: str, content: bytes | str) -> str:
         """Lands `content` at `path` whole, at once: an object is put whole; on a disk the
         bytes go to a hidden file beside it, renamed into place. Returns `path`."""
-        full = target = self._full(path)
+        target = staged = self._full(path)
         if self._local:  # an object store has no folders to make, nor renames to wait for
-            folder, name = full.rsplit("/", 1)
+            folder, name = target.rsplit("/", 1)
             self.filesystem.create_dir(folder, recursive=True)
-            full = f"{folder}/.{name}.tmp"
-        with self.filesystem.open_output_stream(full) as out:
+            staged = f"{folder}/.{name}.tmp"
+        with self.filesystem.open_output_stream(staged) as out:
             out.write(content.encode() if isinstance(content, str) else content)
-        if full != target:
-            self.filesystem.move(full, target)
+        if staged != target:
+            self.filesystem.move(staged, target)
         return path
 
     def read(self, path: str) -> bytes:
