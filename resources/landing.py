@@ -212,6 +212,16 @@ class LandingZone(dg.ConfigurableResource):
                 folders.extend(under)
         return sorted(stats, key=lambda s: s.path)
 
+    def list_folders(
+        self, parent: str, names: Sequence[str], *, suffix: str = ""
+    ) -> dict[str, builtins.list[FileStat]]:
+        """The files directly in each folder `parent/name` whose name ends with `suffix`
+        (`list`, not recursive), by name: a range's day folders, say. An object store
+        lists them in one pass where it can."""
+        return {
+            name: self.list(f"{parent}/{name}", suffix=suffix, recursive=False) for name in names
+        }
+
     def list_folder(
         self, folder: str, *, suffix: str = ""
     ) -> tuple[builtins.list[FileStat], builtins.list[str]]:

@@ -24,6 +24,7 @@ object-store settings (`resources/object_store.py`) and boto3.
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import datetime as dt
 import errno
@@ -63,6 +64,10 @@ _CLIENTS: dict[tuple, Any] = {}
 _LOCK = threading.Lock()
 READERS = 16
 """Objects a sensor's tick reads at once (new or changed ones, to hash them)."""
+LOOKUPS_PER_PAGE = 10
+"""Objects a listing's page must find for it to replace their `HeadObject`s: a page of
+up to 1,000 keys costs a request, where S3's price of a listing request is that of about
+12 lookups."""
 
 
 class S3LandingZone(LandingZone):
@@ -132,6 +137,82 @@ class S3LandingZone(LandingZone):
             if listable(listed["Key"][len(start) :], suffix)
         ]
         return sorted(found, key=lambda s: s.path)
+
+    def list_folders(
+        self, parent: str, names: Sequence[str], *, suffix: str = ""
+    ) -> dict[str, builtins.list[FileStat]]:
+        """One paged listing of the keys from the first folder to the last, for as long as
+        its pages hold a folder or more each (a range's day folders, side by side): a
+        request per 1,000 keys where a listing each would be a request per folder. The
+        folders it did not reach are listed one by one."""
+        folders = sorted(set(names))
+        base, root = self._key(parent), len(self._prefix)
+        base = f"{base}/" if base else ""
+        found: dict[str, builtins.list[FileStat]] = {name: [] for name in folders}
+        whole = 0  # folders[:whole] are listed whole
+        if len(folders) > 1:
+            # '0' sorts right after '/': every key in the last folder comes before it.
+            pages = self._pages_between(base + folders[0], f"{base}{folders[-1]}0")
+            for count, page in enumerate(pages, 1):
+                for entry in page:
+                    name, _, file = entry["Key"][len(base) :].partition("/")
+                    if name in found and file and "/" not in file and listable(file, suffix):
+                        found[name].append(_stat_of(entry, root))
+                if page:
+                    reached = page[-1]["Key"][len(base) :].partition("/")[0]
+                    whole = bisect.bisect_left(folders, reached)
+                if whole < count:
+                    break
+            else:
+                whole = len(folders)
+        for name in folders[whole:]:
+            found[name] = self.list(f"{parent}/{name}", suffix=suffix, recursive=False)
+        return found
+
+    def listed_each(self, paths: Sequence[str]) -> builtins.list[FileStat | None]:
+        """`listed` of each of `paths`, in order. Of LOOKUPS_PER_PAGE paths or more, one
+        paged listing of the keys from the first to the last finds them, for as long as its
+        pages find LOOKUPS_PER_PAGE or more each (a range's files, side by side); each of
+        the others is one `HeadObject`, side by side."""
+        keys = sorted({self._key(path) for path in paths})
+        listed: dict[str, dict] = {}
+        reached = ""  # every key up to it was listed
+        if len(keys) >= LOOKUPS_PER_PAGE:
+            for count, page in enumerate(self._pages_between(keys[0][:-1], keys[-1]), 1):
+                listed.update((entry["Key"], entry) for entry in page)
+                reached = page[-1]["Key"] if page else reached
+                if bisect.bisect_right(keys, reached) < count * LOOKUPS_PER_PAGE:
+                    break
+            else:
+                reached = keys[-1]
+        looked_up = iter(self._each(self.stat, [p for p in paths if self._key(p) > reached]))
+        stats: builtins.list[FileStat | None] = []
+        for path in paths:
+            key = self._key(path)
+            if key > reached:
+                stats.append(next(looked_up))
+            else:
+                stats.append(_stat_of(listed[key], len(self._prefix)) if key in listed else None)
+        return stats
+
+    def _pages_between(self, after: str, last: str) -> Iterator[builtins.list[dict]]:
+        """The pages of one listing of the keys after `after` up to `last` (folder markers
+        left out)."""
+        pages = (
+            self._client()
+            .get_paginator("list_objects_v2")
+            .paginate(
+                Bucket=self._bucket,
+                Prefix=posixpath.commonprefix([after, last]),
+                StartAfter=after,
+                PaginationConfig={"PageSize": self.page_size},
+            )
+        )
+        for page in pages:
+            contents = page.get("Contents", [])
+            yield [e for e in contents if e["Key"] <= last and not e["Key"].endswith("/")]
+            if contents and contents[-1]["Key"] >= last:
+                return
 
     def _objects(self, start: str, *, delimiter: bool = False) -> Iterator[dict]:
         pages = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 
 import pytest
 import servers
@@ -83,6 +84,72 @@ def test_reads_take_the_bytes_and_the_listings_facts(zone, client, bucket):
     assert zone.head("telemetry/Tool01/empty.csv") == b""
     with pytest.raises(FileNotFoundError):
         zone.read("telemetry/Tool01/gone.csv")
+
+
+@pytest.fixture
+def requests(zone):
+    """The S3 operations the landing zone's client makes, by name, in order."""
+    made: list[str] = []
+    events = zone._client().meta.events
+
+    def count(model, **_) -> None:
+        made.append(model.name)
+
+    events.register("before-call.s3", count)
+    yield made
+    events.unregister("before-call.s3", count)
+
+
+def paged(zone: S3LandingZone, page_size: int) -> S3LandingZone:
+    return S3LandingZone(root=zone.root, s3=zone.s3, page_size=page_size)
+
+
+def test_a_range_of_day_folders_is_listed_in_one_pass(zone, client, bucket, requests):
+    days = [f"date=2024-01-{d:02d}" for d in range(1, 9)]
+    for day in days:
+        for name in ("a.jsonl", "b.jsonl", "_c.jsonl", "d.csv", "sub/e.jsonl"):
+            put(client, bucket, f"visits/{day}/{name}", b"{}\n")
+    put(client, bucket, "visits/date=2024-01-03/", b"")  # a console's folder marker
+    put(client, bucket, "visits/date=2024-01-09/a.jsonl", b"{}\n")  # after the last day
+    asked = [d for d in days if d != "date=2024-01-04"]  # a day between, not asked for
+    one_by_one = {d: zone.list(f"visits/{d}", suffix=".jsonl", recursive=False) for d in asked}
+    assert all(len(files) == 2 for files in one_by_one.values())
+    # 41 keys from the first day to the last (the marker and the day not asked for too).
+    for page_size in (1000, 7):
+        requests.clear()
+        assert paged(zone, page_size).list_folders("visits", asked, suffix=".jsonl") == one_by_one
+        assert requests == ["ListObjectsV2"] * math.ceil(41 / page_size)
+    # Two keys a page: the first page holds no folder whole, so the listing stops and each
+    # folder is listed on its own (three pages each).
+    requests.clear()
+    assert zone.list_folders("visits", asked, suffix=".jsonl") == one_by_one
+    assert len(requests) == 1 + len(asked) * 3
+    # Two folders far apart: once a page holds neither whole, the listing stops and the
+    # last folder is listed on its own.
+    far = ["date=2024-01-01", "date=2024-01-08"]
+    requests.clear()
+    listed = paged(zone, 7).list_folders("visits", far, suffix=".jsonl")
+    assert listed == {d: one_by_one[d] for d in far}
+    assert len(requests) == 2 + 1
+
+
+def test_files_side_by_side_are_looked_up_in_one_listing(zone, client, bucket, requests):
+    paths = [f"events/b{i:03d}.jsonl" for i in range(0, 40, 2)]
+    for i in range(60):
+        put(client, bucket, f"events/b{i:03d}.jsonl", f"{i}\n".encode())
+    asked = [*reversed(paths), "events/b001.jsonl", "events/gone.jsonl"]
+    one_by_one = [zone.stat(path) for path in asked]
+    assert one_by_one[-1] is None
+    wide = paged(zone, 1000)
+    requests.clear()
+    assert wide.listed_each(asked) == one_by_one
+    assert requests == ["ListObjectsV2"]
+    # Ten keys a page, of which six asked for (b000 to b009): fewer than LOOKUPS_PER_PAGE,
+    # so after the first page each object is looked up on its own.
+    requests.clear()
+    assert paged(zone, 10).listed_each(asked) == one_by_one
+    assert requests.count("ListObjectsV2") == 1
+    assert requests.count("HeadObject") == len(asked) - 6
 
 
 def test_paths_cannot_leave_the_landing_zone(zone):
