@@ -95,7 +95,7 @@ bench: setup
 	$(PY) benchmarks/backfill.py
 	$(PY) benchmarks/bad_ranges.py
 	$(PY) benchmarks/run_cost.py
-	$(PY) benchmarks/sensors.py
+	$(PY) benchmarks/sensor_ticks.py
 	$(PY) benchmarks/delta_log.py
 
 # The chaos soak: MINUTES of files landing while run processes, the long-lived Spark, the

@@ -6,17 +6,30 @@
   folder: tables in s3proxy's bucket, files landed in its other bucket, the instance in
   Postgres, runs attached to the long-lived Spark on a standalone cluster.
 
-Measured on each, through the real CLI as a user's runs go:
+Measured on each, with each profile's own resources (resolved from its environment as
+its runs resolve them):
 1. visits_daily (3 visits a day): a one-day `dagster asset materialize` and a `--days`
    range run, after one untimed day that creates the tables and registers them (once in
    a deployment's life). On the production profile once more with
    DAGSTER_EVENT_BATCH_SIZE=0 (Dagster stores a run's events one at a time), on days of
    their own in the same table, before the stack's own setting (1000) is measured.
-2. `make demo`'s total time (`python -m demo`) on a fresh deployment: every check must
+2. The warehouse publish (`benchmarks/user_events.py`'s MERGE of a batch into
+   user_events, pinned by the record-level index), on a table of 732 days of 1,000
+   events: a 1,000-event batch whose older versions are in its own day, and one whose
+   older versions are spread over the 365 days before it (median of five each).
+3. Telemetry (`benchmarks/telemetry.py`): a tool's 40 report files of 25,000 rows
+   ingested, then late files at 10% of its history and appends of the same size (median
+   of three), each a run process of the profile. Its compute is the profile's own
+   (`auto`: embedded, as runs attach to a long-lived Spark on both), and on the
+   production profile the Spark path too, on the cluster's executors.
+4. The visits sensor's tick finding 100 new files among 1,000 and among 10,000 known
+   ones, in the profile's landing zone: a local folder, or a bucket of the stack's
+   s3proxy (which sends no notifications: a tick lists the folder whole).
+5. `make demo`'s total time (`python -m demo`) on a fresh deployment: every check must
    say yes and every checksum must equal the other profile's. The production profile's
    demo gets a stack of its own (the range runs' tables would change its checksums).
 
-Run: `.venv/bin/python benchmarks/profiles.py [--days 364] [--skip-demo]` (about 30
+Run: `.venv/bin/python benchmarks/profiles.py [--days 364] [--skip-demo]` (about 45
 minutes on 2 cores). Every server is stopped by its pid on the way out.
 """
 
@@ -24,24 +37,40 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(PROJECT_ROOT), str(PROJECT_ROOT / "tests")]
 
+import boto3  # noqa: E402
+import dagster as dg  # noqa: E402
 import run_cost  # noqa: E402  (benchmarks/, this script's folder)
+import sensor_ticks  # noqa: E402
 import servers  # noqa: E402  (tests/: the stack, brought up and down by pid)
+import telemetry  # noqa: E402
+import user_events  # noqa: E402
 from deployments import CHECKSUM  # noqa: E402
 from pyarrow import fs as pafs  # noqa: E402
 
+from demo.__main__ import load_definitions  # noqa: E402
+from resources import LandingZone  # noqa: E402
 from resources.object_store import storage_from_environment  # noqa: E402
 from resources.spark_server import long_lived_spark  # noqa: E402
+from sensors import visits_late_files  # noqa: E402
 
 DEMO_INTERVAL = "5"
 """The stack's sensor interval while the demo waits on its sensors."""
+PUBLISH = user_events.Shape(per_day=1_000, batch=1_000)
+PUBLISH_DAYS = 2 * (user_events.SPREAD_DAYS + 1)
+TELEMETRY_FILES = 40
+TICK_KNOWN, TICK_NEW = (1_000, 10_000), 100
 
 
 def day_and_range(env: dict[str, str], days: list[str], spare: str) -> tuple[float, float]:
@@ -72,11 +101,118 @@ def upload(local: Path, env: dict[str, str], root: str) -> None:
     )
 
 
+def lander(env: dict[str, str]) -> Callable[[Path, list[str]], None]:
+    """`telemetry.on_deployment`'s `land`: files written under a local folder, put into
+    the profile's landing zone (LANDING_ROOT, a folder or `s3://bucket/prefix`)."""
+    root = env["LANDING_ROOT"]
+    store = storage_from_environment(env, deferred=False).filesystem() if "://" in root else None
+
+    def land(staging: Path, paths: list[str]) -> None:
+        for path in paths:
+            if store is None:
+                (Path(root) / path).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(staging / path, Path(root) / path)
+            else:
+                pafs.copy_files(
+                    str(staging / path),
+                    f"{root.removeprefix('s3://')}/{path}",
+                    source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=store,
+                )
+
+    return land
+
+
+def in_process(env: dict[str, str], part: str) -> dict:
+    """`part` of this script in a process of its own with the profile's environment `env`:
+    what it printed last (JSON)."""
+    command = [sys.executable, __file__, "--part", part]
+    done = subprocess.run(command, env=env, cwd=PROJECT_ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{part} failed:\n{done.stdout}{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def publish() -> dict:
+    """The warehouse publish's figures, on the lakehouse of this process's environment."""
+    with dg.build_resources(load_definitions().resources) as built:
+        rows = PUBLISH_DAYS * PUBLISH.per_day
+        _, (own_day, spread, _) = user_events.publish_costs(
+            built.lakehouse, rows, PUBLISH, spread=True
+        )
+    return {"own_day": own_day.seconds, "spread": spread.seconds, "days_read": spread.days}
+
+
+PARTS = {"publish": publish}
+
+
+def telemetry_variants(env: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
+    """The profile's own telemetry compute (`auto`: embedded where runs attach to a
+    long-lived Spark), and on an object store the Spark path too (TELEMETRY_COMPUTE=spark:
+    the rows on the cluster's executors), each in a folder of its own."""
+    variants = [("telemetry", env)]
+    if env["LAKEHOUSE_ROOT"].startswith("s3://"):
+        spark_path = {
+            "TELEMETRY_COMPUTE": "spark",
+            "LAKEHOUSE_ROOT": f"{env['LAKEHOUSE_ROOT']}/spark-path",
+            "LANDING_ROOT": f"{env['LANDING_ROOT']}/spark-path",
+        }
+        variants.append(("telemetry-spark-path", env | spark_path))
+    return variants
+
+
+def other_figures(
+    profile: str,
+    env: dict[str, str],
+    work: Path,
+    bucket: Callable[[int], Callable[[Path, list[str]], LandingZone]] | None = None,
+) -> None:
+    """Parts 2 to 4 on the profile `env`, printed as measured; with `bucket`, the ticks'
+    files are in the bucket it makes for a number of known files."""
+    cost = in_process(env, "publish")
+    print(
+        f"  {profile:<20} warehouse publish, own day {cost['own_day'] * 1000:5.0f} ms, spread "
+        f"over {cost['days_read'] - 1} days {cost['spread'] * 1000:5.0f} ms "
+        f"({cost['spread'] / cost['own_day']:.2f}x)",
+        flush=True,
+    )
+    for variant, compute in telemetry_variants(env):
+        steps = telemetry.on_deployment(compute, work / variant, lander(compute), TELEMETRY_FILES)
+        first, late, append = (steps[name]["seconds"] for name in ("first", "late_10", "append"))
+        print(
+            f"  {profile:<20} telemetry "
+            f"({'Spark path' if steps['append']['on_spark'] else 'embedded'}), first "
+            f"{first:5.1f} s, late file {late:5.2f} s, append {append:5.2f} s: late / append "
+            f"{late / append:.2f}",
+            flush=True,
+        )
+    small, large = (
+        sensor_ticks.tick_cost(
+            visits_late_files,
+            sensor_ticks.visit_file,
+            known,
+            TICK_NEW,
+            None,
+            bucket(known) if bucket else None,
+        )[0]
+        for known in TICK_KNOWN
+    )
+    print(
+        f"  {profile:<20} visits sensor tick, {TICK_NEW} new among {TICK_KNOWN[0]:,}: "
+        f"{small:5.2f} s, among {TICK_KNOWN[1]:,}: {large:5.2f} s ({large / small:.2f}x)",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=364)
     parser.add_argument("--skip-demo", action="store_true")
+    parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.part:
+        print(json.dumps(PARTS[args.part]()))
+        return
     scratch = Path(tempfile.mkdtemp(prefix="bench-profiles-"))
     scratch.chmod(0o755)  # Postgres runs as `nobody` under root
     landing = scratch / "landing"
@@ -96,6 +232,7 @@ def main() -> None:
         run_cost.materialize(embedded, "--partition", untimed)
         one_day, ranged = day_and_range(embedded, first_range, spare)
         say("embedded default", "(SQLite, local disk)", one_day, ranged, args.days)
+        other_figures("embedded default", embedded, scratch / "embedded-figures")
 
     with servers.production_stack() as stack:
         env = {k: v for k, v in os.environ.items() if k not in run_cost.SPARK_VARIABLES}
@@ -106,6 +243,20 @@ def main() -> None:
             one_day, ranged = day_and_range(env | {"DAGSTER_EVENT_BATCH_SIZE": batch}, days, day)
             what = f"(DAGSTER_EVENT_BATCH_SIZE={batch})"
             say("production profile", what, one_day, ranged, args.days)
+        client = boto3.client(
+            "s3",
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+            region_name=env["AWS_REGION"],
+        )
+        storage = storage_from_environment(env, deferred=False)
+        other_figures(
+            "production profile",
+            env,
+            scratch / "stack-figures",
+            lambda known: sensor_ticks.into_bucket(client, storage, f"ticks-{known}"),
+        )
 
     if args.skip_demo:
         return

@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import dagster as dg
@@ -60,6 +60,7 @@ from ticks import evaluate_tick  # noqa: E402
 from assets.telemetry import TelemetrySettings, control  # noqa: E402
 from assets.telemetry.derive import reconcile_hourly, reconcile_totals  # noqa: E402
 from assets.telemetry.ingest import SubjectIngest  # noqa: E402
+from demo.__main__ import load_definitions  # noqa: E402
 from resources import Lakehouse, LandingZone, SparkResource  # noqa: E402
 from resources.spark_server import long_lived_spark  # noqa: E402
 from sensors import telemetry_files  # noqa: E402
@@ -133,10 +134,12 @@ def write_reports(
     files: Iterable[int],
     rows: int,
     span: dt.timedelta,
-) -> None:
+) -> list[str]:
     """Report files number `files` of a tool writing one every `span`, each of `rows`
-    rows spread over its span: built in Arrow (100M rows in a minute, not an hour)."""
+    rows spread over its span: built in Arrow (100M rows in a minute, not an hour).
+    Returns their paths in the landing zone."""
     micros = span // dt.timedelta(microseconds=1)
+    written = []
     for n in files:
         rng = np.random.default_rng(n)
         first = start + n * span
@@ -146,9 +149,11 @@ def write_reports(
         counts = [pc.cast(pa.array(rng.integers(0, k, rows)), pa.string()) for k in (50, 3, 2)]
         lines = pc.binary_join_element_wise(stamps, *counts, ",")
         body = "\n".join(lines.to_pylist())
-        path = Path(landing_root) / "telemetry" / subject / f"{first:%Y%m%dT%H%M%S}.csv"
+        written.append(f"telemetry/{subject}/{first:%Y%m%dT%H%M%S}.csv")
+        path = Path(landing_root) / written[-1]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("ts,in_spec,out_of_spec,mispicks\n" + body + "\n")
+    return written
 
 
 def step(root: Path, name: str, env: dict[str, str] | None = None) -> dict[str, float]:
@@ -167,6 +172,18 @@ def step(root: Path, name: str, env: dict[str, str] | None = None) -> dict[str, 
 
 
 def run_step(name: str, root: Path) -> None:
+    if name == DEPLOYMENT_STEP:
+        # The deployment's own resources, resolved from the environment as its runs
+        # resolve them; its own compute (TELEMETRY_COMPUTE, `auto`: Spark on a cluster).
+        with dg.build_resources(load_definitions().resources) as built:
+            compute = built.telemetry_settings.compute
+            settings = TelemetrySettings(lateness_horizon_hours=24 * 365, compute=compute)
+            start = time.perf_counter()
+            subject_run(built.lakehouse, built.landing, "Tool01", settings)
+            on_spark = settings.spark_lakehouse(built.lakehouse) is not None
+            seconds = time.perf_counter() - start
+        print(json.dumps({"seconds": seconds, "on_spark": on_spark}))
+        return
     if name in COMPUTE_STEPS:
         compute = COMPUTE_STEPS[name]
         spark = SparkResource(remote=os.environ["SPARK_REMOTE"]) if compute == "spark" else None
@@ -236,6 +253,7 @@ def seed_scale(root: Path) -> dict[str, dict[str, float]]:
 
 
 COMPUTE_STEPS = {"ingest-embedded": "embedded", "ingest-spark": "spark"}
+DEPLOYMENT_STEP = "ingest-deployment"
 COMPARED = {
     control.RAW: ["source", "line"],
     control.WITHIN_HOUR: ["source", "line"],
@@ -277,6 +295,32 @@ def both_paths(root: Path) -> tuple[dict[str, dict[str, dict[str, float]]], list
         if not (a.schema == b.schema and a.sort_by(order).equals(b.sort_by(order))):
             differ.append(table)
     return steps, differ
+
+
+def on_deployment(
+    env: dict[str, str], staging: Path, land: Callable[[Path, list[str]], None], files: int
+) -> dict[str, dict[str, float]]:
+    """A tool's history of `files` 4-hour report files, then late files at 10% of it and
+    appends of the same size (each the median of three, landing one after another), each
+    ingested by a run process of the deployment `env` with its own resources. The files
+    are written under `staging`, then `land` puts them into the deployment's landing
+    zone."""
+    late = [files // 10 + i for i in range(REPEATS)]
+    span = dt.timedelta(hours=4)
+
+    def ingest(numbers: list[int]) -> dict[str, float]:
+        land(staging, write_reports(str(staging), "Tool01", START, numbers, ROWS_PER_FILE, span))
+        return step(staging, DEPLOYMENT_STEP, env)
+
+    steps = {"first": ingest([n for n in range(files) if n not in late])}
+    for name, numbers in (("late_10", late), ("append", [files + i for i in range(REPEATS)])):
+        runs = [ingest([n]) for n in numbers]
+        steps[name] = {
+            "seconds": statistics.median(r["seconds"] for r in runs),
+            "peak_gb": max(r["peak_gb"] for r in runs),
+            "on_spark": all(r["on_spark"] for r in runs),
+        }
+    return steps
 
 
 def append_vs_whole_file(root: Path) -> dict[str, float]:

@@ -64,9 +64,7 @@ from assets.warehouse.staging_merge import (  # noqa: E402
 from resources import Lakehouse, LandingZone, SparkResource  # noqa: E402
 from resources.lakehouse.predicates import Compare, matches  # noqa: E402
 
-PER_DAY = 10_000
 SIZES = (1_000_000, 10_000_000)
-BATCH = 10_000
 ROUNDS = 5
 BOUND = 1.5
 STAGING_BOUND = 0.33
@@ -80,21 +78,34 @@ CHUNK = 1_000_000
 """Rows per history commit: delta-rs writes a DataFrame through the driver's memory."""
 
 
-def build_table(lake: Lakehouse, rows: int, *, hashed_ids: bool) -> None:
+@dataclass(frozen=True)
+class Shape:
+    """Events a day in the table, and events a batch. A spread batch's stored events
+    come from the `SPREAD_DAYS` days before the table's middle day: a table of at least
+    `2 * (SPREAD_DAYS + 1)` days."""
+
+    per_day: int = 10_000
+    batch: int = 10_000
+
+
+SHAPE = Shape()
+
+
+def build_table(lake: Lakehouse, rows: int, shape: Shape, *, hashed_ids: bool) -> None:
     for start in range(0, rows, CHUNK):
         lake.append(
             USER_EVENTS,
-            with_ids(history(lake, start, min(start + CHUNK, rows)), hashed=hashed_ids),
+            with_ids(history(lake, start, min(start + CHUNK, rows), shape), hashed=hashed_ids),
             partition_by=["event_date"],
             metadata=META,
             table_properties=TABLE_PROPERTIES,
         )
 
 
-def history(lake: Lakehouse, start: int, end: int):
-    """Events `start` .. `end - 1` of the table, PER_DAY a day."""
+def history(lake: Lakehouse, start: int, end: int, shape: Shape):
+    """Events `start` .. `end - 1` of the table, `shape.per_day` a day."""
     ids = lake.spark.session().range(start, end)
-    day = F.date_add(F.lit(FIRST_DAY), (F.col("id") / PER_DAY).cast("int"))
+    day = F.date_add(F.lit(FIRST_DAY), (F.col("id") / shape.per_day).cast("int"))
     at = F.timestamp_seconds(F.unix_timestamp(day.cast("timestamp")) + F.col("id") % 86_400)
     return ids.select(
         F.concat(F.lit("e"), F.col("id").cast("string")).alias("event_id"),
@@ -115,22 +126,24 @@ def with_ids(events: DataFrame, *, hashed: bool) -> DataFrame:
     return events.withColumn("event_id", F.sha2("event_id", 256)) if hashed else events
 
 
-def batch_of(lake: Lakehouse, rows: int, round_no: int, *, spread: bool = False):
-    """10k events of the table's middle day: half newer versions of stored events (of
-    that day, or with `spread` of the `SPREAD_DAYS` days before it, other events each
-    round), half new events."""
+def batch_of(lake: Lakehouse, rows: int, round_no: int, shape: Shape, *, spread: bool = False):
+    """A batch of events of the table's middle day: half newer versions of stored events
+    (of that day, or with `spread` of the `SPREAD_DAYS` days before it, other events
+    each round), half new events."""
     spark = lake.spark.session()
-    middle = rows // PER_DAY // 2
-    ids = spark.range(BATCH)
-    stored = F.col("id") < BATCH // 2
+    middle = rows // shape.per_day // 2
+    ids = spark.range(shape.batch)
+    stored = F.col("id") < shape.batch // 2
     if spread:
         stored_day = F.lit(middle) - 1 - F.col("id") % SPREAD_DAYS
         stored_no = (
-            stored_day * PER_DAY + F.lit(round_no * 100) + (F.col("id") / SPREAD_DAYS).cast("int")
+            stored_day * shape.per_day
+            + F.lit(round_no * 100)
+            + (F.col("id") / SPREAD_DAYS).cast("int")
         )
     else:
-        stored_no = F.lit(middle * PER_DAY) + F.col("id") * 2
-    fresh = F.lit((2 if spread else 1) * 10**12 + round_no * BATCH) + F.col("id")
+        stored_no = F.lit(middle * shape.per_day) + F.col("id") * 2
+    fresh = F.lit((2 if spread else 1) * 10**12 + round_no * shape.batch) + F.col("id")
     event_no = F.when(stored, stored_no).otherwise(fresh)
     day = F.date_add(F.lit(FIRST_DAY), F.lit(middle))
     at = F.timestamp_seconds(F.unix_timestamp(day.cast("timestamp")) + 86_399)
@@ -156,17 +169,19 @@ class Cost:
     skipped: int
 
 
-def merge_rounds(lake: Lakehouse, rows: int, *, spread: bool, hashed_ids: bool) -> Cost:
+def merge_rounds(
+    lake: Lakehouse, rows: int, shape: Shape, *, spread: bool, hashed_ids: bool
+) -> Cost:
     seconds, merged = [], None
     for round_no in range(ROUNDS):
-        batch = with_ids(batch_of(lake, rows, round_no, spread=spread), hashed=hashed_ids)
+        batch = with_ids(batch_of(lake, rows, round_no, shape, spread=spread), hashed=hashed_ids)
         batch = batch.localCheckpoint()
         batch.count()
         started = time.perf_counter()
         merged = merge_batch(lake, batch, metadata=META)
         seconds.append(time.perf_counter() - started)
         metrics = merged.result.metrics
-        assert (metrics["rows_updated"], metrics["rows_inserted"]) == (BATCH // 2,) * 2, metrics
+        assert (metrics["rows_updated"], metrics["rows_inserted"]) == (shape.batch // 2,) * 2
     assert merged is not None
     return Cost(
         statistics.median(seconds), len(merged.days), merged.files_in_window, merged.files_skipped
@@ -176,28 +191,35 @@ def merge_rounds(lake: Lakehouse, rows: int, *, spread: bool, hashed_ids: bool) 
 def merge_costs(
     engine: str, rows: int, *, spread: bool, hashed_ids: bool
 ) -> tuple[float, list[Cost]]:
-    """The seconds the index takes to build from the table, then the costs of own-day
-    rounds and (with `spread`) spread rounds, then one spread batch MERGEd without the
-    index (every day read), on one table of `rows`."""
+    """`publish_costs` on a table of `rows` in a scratch folder."""
     with tempfile.TemporaryDirectory() as root:
         lake = Lakehouse(root=root, engine=engine, spark=SparkResource())
-        build_table(lake, rows, hashed_ids=hashed_ids)
-        # The history was appended outside the publish: the index is built once here,
-        # as the first publish after an upgrade or a restore builds it.
-        started = time.perf_counter()
-        key_index.described_version(lake, META, repair=OneRowPerKey(lake, META))
-        indexed = time.perf_counter() - started
-        costs = [merge_rounds(lake, rows, spread=False, hashed_ids=hashed_ids)]
-        if spread:
-            costs.append(merge_rounds(lake, rows, spread=True, hashed_ids=hashed_ids))
-            costs.append(merge_without_index(lake, rows, hashed_ids=hashed_ids))
-        return indexed, costs
+        return publish_costs(lake, rows, SHAPE, spread=spread, hashed_ids=hashed_ids)
 
 
-def merge_without_index(lake: Lakehouse, rows: int, *, hashed_ids: bool) -> Cost:
+def publish_costs(
+    lake: Lakehouse, rows: int, shape: Shape, *, spread: bool, hashed_ids: bool = False
+) -> tuple[float, list[Cost]]:
+    """The seconds the index takes to build from the table (made here, of `rows`, in
+    `lake`), then the costs of own-day rounds and (with `spread`) spread rounds, then
+    one spread batch MERGEd without the index (every day read)."""
+    build_table(lake, rows, shape, hashed_ids=hashed_ids)
+    # The history was appended outside the publish: the index is built once here, as
+    # the first publish after an upgrade or a restore builds it.
+    started = time.perf_counter()
+    key_index.described_version(lake, META, repair=OneRowPerKey(lake, META))
+    indexed = time.perf_counter() - started
+    costs = [merge_rounds(lake, rows, shape, spread=False, hashed_ids=hashed_ids)]
+    if spread:
+        costs.append(merge_rounds(lake, rows, shape, spread=True, hashed_ids=hashed_ids))
+        costs.append(merge_without_index(lake, rows, shape, hashed_ids=hashed_ids))
+    return indexed, costs
+
+
+def merge_without_index(lake: Lakehouse, rows: int, shape: Shape, *, hashed_ids: bool) -> Cost:
     """A spread batch MERGEd by key alone, as a publish without the index must: every
     day's files are read."""
-    batch = with_ids(batch_of(lake, rows, ROUNDS, spread=True), hashed=hashed_ids)
+    batch = with_ids(batch_of(lake, rows, ROUNDS, shape, spread=True), hashed=hashed_ids)
     source = lake.in_write_form(batch.localCheckpoint())
     files = lake.partition_files(USER_EVENTS, where=Compare("event_date", ">=", FIRST_DAY))[0]
     started = time.perf_counter()
@@ -205,8 +227,8 @@ def merge_without_index(lake: Lakehouse, rows: int, *, hashed_ids: bool) -> Cost
         USER_EVENTS, source, on=matches("event_id"), clauses=NEWER_WINS, metadata=META
     )
     seconds = time.perf_counter() - started
-    assert result.metrics["rows_updated"] == BATCH // 2, result.metrics
-    return Cost(seconds, rows // PER_DAY, files, 0)
+    assert result.metrics["rows_updated"] == shape.batch // 2, result.metrics
+    return Cost(seconds, rows // shape.per_day, files, 0)
 
 
 EVENT_SCHEMA = (
@@ -277,7 +299,7 @@ def merge_figures(engine: str, hashed: bool) -> bool:
     )
     ids = "SHA-256 ids" if hashed else "ids e<n>"
     print(
-        f"\nMERGE of a {BATCH:,}-event batch into user_events "
+        f"\nMERGE of a {SHAPE.batch:,}-event batch into user_events "
         f"({engine}, {ids}, median of {ROUNDS}):"
     )
     print(line(f"{SIZES[0]:>11,} rows, older versions in the batch's day", small))

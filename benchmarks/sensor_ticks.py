@@ -28,7 +28,7 @@ no notification queue a tick lists the bucket's folder whole, one request per 1,
 with the queue the bucket's event notifications go to (SQS, moto's too), a tick takes the
 objects the queue names and looks at those alone.
 
-Run: `.venv/bin/python benchmarks/sensors.py [--small 1000] [--large 100000] [--new 100]
+Run: `.venv/bin/python benchmarks/sensor_ticks.py [--small 1000] [--large 100000] [--new 100]
 [--object-store 20000]`.
 """
 
@@ -54,6 +54,7 @@ from ticks import evaluate_tick  # noqa: E402
 from assets.telemetry import control  # noqa: E402
 from assets.telemetry.settings import TelemetrySettings  # noqa: E402
 from resources import Lakehouse, LandingZone, SparkResource  # noqa: E402
+from resources.s3_landing import S3LandingZone  # noqa: E402
 from sensors import (  # noqa: E402
     change_files,
     enriched_run_directories,
@@ -239,36 +240,40 @@ def main() -> None:
         object_store_ticks(args.small, args.object_store, args.new)
 
 
+def into_bucket(
+    client, storage, name: str, notify: Callable[[], str] | None = None
+) -> Callable[[Path, list[str]], LandingZone]:
+    """`tick_cost`'s `bucket`: a fresh bucket `name` of the S3 server `client` and
+    `storage` reach, into which the files written are put. With `notify`, once the known
+    objects are in, the bucket's notifications go to the queue it makes (its URL)."""
+    client.create_bucket(Bucket=name)
+    queue = ""
+
+    def put(root: Path, paths: list[str]) -> LandingZone:
+        nonlocal queue
+        with ThreadPoolExecutor(16) as pool:
+            body = {path: (root / path).read_bytes() for path in paths}
+            list(pool.map(lambda p: client.put_object(Bucket=name, Key=p, Body=body[p]), body))
+        if notify is not None and not queue:  # after the known objects: the first tick lists them
+            queue = notify()
+        return S3LandingZone(root=f"s3://{name}", s3=storage, queue_url=queue)
+
+    return put
+
+
 def object_store_ticks(small: int, large: int, new: int) -> None:
     """The visits sensor's tick with its files in a bucket of moto's S3 server, listing
     whole and following the bucket's notification queue."""
     import servers
 
-    from resources.s3_landing import S3LandingZone
-
     with servers.s3_server() as endpoint:
         client, storage = servers.s3_client(endpoint), servers.s3_storage(endpoint)
-        names = iter(range(1_000_000))
+        names = (f"bench-{n}" for n in range(1_000_000))
 
         def bucket_for(notified: bool) -> Callable[[Path, list[str]], LandingZone]:
-            name = f"bench-{next(names)}"
-            client.create_bucket(Bucket=name)
-            queue = ""
-
-            def put(root: Path, paths: list[str]) -> LandingZone:
-                nonlocal queue
-                with ThreadPoolExecutor(16) as pool:
-                    body = {path: (root / path).read_bytes() for path in paths}
-                    list(
-                        pool.map(
-                            lambda p: client.put_object(Bucket=name, Key=p, Body=body[p]), body
-                        )
-                    )
-                if notified and not queue:  # after the known objects: the first tick lists them
-                    queue = servers.notify_queue(endpoint, name)
-                return S3LandingZone(root=f"s3://{name}", s3=storage, queue_url=queue)
-
-            return put
+            name = next(names)
+            notify = (lambda: servers.notify_queue(endpoint, name)) if notified else None
+            return into_bucket(client, storage, name, notify)
 
         for notified, how in ((False, "a full paged listing"), (True, "the notification queue")):
             small_tick, _ = tick_cost(
