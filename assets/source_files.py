@@ -326,9 +326,12 @@ def _file_blocks(
     def kept(ms: int) -> int:
         return ms - ms % step
 
-    listed_after = {  # looked at side by side (on an object store, a request each)
+    # Looked at again, side by side: the files a run read lie together (a range's day
+    # folders), so an object store lists them rather than asking for each.
+    again = landing.listed_each(read, adjacent=True)
+    listed_after = {
         path: None if stat is None else (stat.size, kept(stat.mtime_ns // 1_000_000))
-        for path, stat in zip(read, landing.listed_each(read), strict=True)
+        for path, stat in zip(read, again, strict=True)
     }
     numbering = number_blocks(
         [

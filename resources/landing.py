@@ -259,8 +259,11 @@ class LandingZone(dg.ConfigurableResource):
                     stats.append(listed)
         return stats, folders
 
-    def listed_each(self, paths: Sequence[str]) -> builtins.list[FileStat | None]:
-        """`listed` of each of `paths`, in order."""
+    def listed_each(
+        self, paths: Sequence[str], *, adjacent: bool = False
+    ) -> builtins.list[FileStat | None]:
+        """`listed` of each of `paths`, in order. `adjacent`: they lie side by side (a
+        range's files), which an object store may list together."""
         return builtins.list(self._each(self.listed, paths))
 
     def listed(self, path: str) -> FileStat | None:

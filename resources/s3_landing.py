@@ -169,15 +169,17 @@ class S3LandingZone(LandingZone):
             found[name] = self.list(f"{parent}/{name}", suffix=suffix, recursive=False)
         return found
 
-    def listed_each(self, paths: Sequence[str]) -> builtins.list[FileStat | None]:
-        """`listed` of each of `paths`, in order. Of LOOKUPS_PER_PAGE paths or more, one
-        paged listing of the keys from the first to the last finds them, for as long as its
-        pages find LOOKUPS_PER_PAGE or more each (a range's files, side by side); each of
-        the others is one `HeadObject`, side by side."""
+    def listed_each(
+        self, paths: Sequence[str], *, adjacent: bool = False
+    ) -> builtins.list[FileStat | None]:
+        """`listed` of each of `paths`, in order: one `HeadObject` each, side by side. When
+        they are `adjacent` (a range's files, the folders listed together) and number
+        LOOKUPS_PER_PAGE or more, one paged listing of the keys from the first to the last
+        finds them first, for as long as its pages find LOOKUPS_PER_PAGE or more each."""
         keys = sorted({self._key(path) for path in paths})
         listed: dict[str, dict] = {}
         reached = ""  # every key up to it was listed
-        if len(keys) >= LOOKUPS_PER_PAGE:
+        if adjacent and len(keys) >= LOOKUPS_PER_PAGE:
             for count, page in enumerate(self._pages_between(keys[0][:-1], keys[-1]), 1):
                 listed.update((entry["Key"], entry) for entry in page)
                 reached = page[-1]["Key"] if page else reached

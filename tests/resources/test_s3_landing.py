@@ -142,12 +142,16 @@ def test_files_side_by_side_are_looked_up_in_one_listing(zone, client, bucket, r
     assert one_by_one[-1] is None
     wide = paged(zone, 1000)
     requests.clear()
-    assert wide.listed_each(asked) == one_by_one
+    assert wide.listed_each(asked, adjacent=True) == one_by_one
     assert requests == ["ListObjectsV2"]
+    # Not said to be adjacent (a queue's names, scattered): a lookup each.
+    requests.clear()
+    assert wide.listed_each(asked) == one_by_one
+    assert requests == ["HeadObject"] * len(asked)
     # Ten keys a page, of which six asked for (b000 to b009): fewer than LOOKUPS_PER_PAGE,
     # so after the first page each object is looked up on its own.
     requests.clear()
-    assert paged(zone, 10).listed_each(asked) == one_by_one
+    assert paged(zone, 10).listed_each(asked, adjacent=True) == one_by_one
     assert requests.count("ListObjectsV2") == 1
     assert requests.count("HeadObject") == len(asked) - 6
 
