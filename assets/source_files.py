@@ -141,12 +141,13 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
     paths = [_hadoop_path(landing, stat.path) for stat in readable]
     prefix = landing.spark_root
     try:
+        # Planned where they are used: classic Spark at `load`, Spark Connect at the
+        # checkpoint and the counting job (each plan looks at every file it is given, on
+        # an object store a request or more each, so none is planned only to be checked).
+        # Either way a file gone since the listing is named here.
         whole = spark.read.format("binaryFile").load(paths)
-        text = spark.read.option("lineSep", "\n").text(paths)
-        # Resolved now, not at the first action: Spark Connect plans lazily, and a file
-        # gone since the listing must be named here whichever way the run reaches Spark.
-        whole.schema  # noqa: B018
-        text.schema  # noqa: B018
+        lines = _kept_lines(spark.read.option("lineSep", "\n").text(paths))
+        blocks = _file_blocks(spark, landing, whole, lines, prefix)
     except AnalysisException as error:
         gone = [stat for stat in readable if not landing.exists(stat.path)]
         if error.getCondition() != "PATH_NOT_FOUND" or not gone:
@@ -154,9 +155,27 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
         raise SourceDataError(
             "landed", [Problem(stat.path, None, "gone since it was listed") for stat in gone]
         ) from error
+    numbered = lines.join(F.broadcast(blocks.frame), ["spark_path", "block"]).select(
+        "source_file",
+        (F.col("lines_before") + F.col("row_id") - F.col("first_row_id") + 1)
+        .cast("int")
+        .alias("source_line"),
+        "text",
+        F.when(~F.col("valid_utf8"), F.lit("not valid UTF-8")).alias("read_problem"),
+        "source_size",
+        "source_mtime",
+        "source_sha256",
+    )
+    kept = numbered.where(F.col("text").rlike(r"\S"))
+    return kept.unionByName(blocks.without_lines) if blocks.without_lines else kept
+
+
+def _kept_lines(text: DataFrame) -> DataFrame:
+    """The lines of Spark's text read, each with its block and id, kept as read (a local
+    checkpoint, made now)."""
     # Hadoop renders a local path as a URI: `_metadata.file_path` is percent-encoded, where
     # `binaryFile`'s `path` is not.
-    lines = (
+    return (
         text.select(
             F.col("_metadata.file_path").alias("spark_path"),
             F.col("_metadata.file_block_start").alias("block"),
@@ -183,20 +202,6 @@ def read_lines(spark: SparkSession, landing: LandingZone, files: Sequence[FileSt
         # cluster), so the lines are numbered from the one read that counted them.
         .localCheckpoint()
     )
-    blocks = _file_blocks(spark, landing, whole, lines, prefix)
-    numbered = lines.join(F.broadcast(blocks.frame), ["spark_path", "block"]).select(
-        "source_file",
-        (F.col("lines_before") + F.col("row_id") - F.col("first_row_id") + 1)
-        .cast("int")
-        .alias("source_line"),
-        "text",
-        F.when(~F.col("valid_utf8"), F.lit("not valid UTF-8")).alias("read_problem"),
-        "source_size",
-        "source_mtime",
-        "source_sha256",
-    )
-    kept = numbered.where(F.col("text").rlike(r"\S"))
-    return kept.unionByName(blocks.without_lines) if blocks.without_lines else kept
 
 
 def _without_carriage_return(line: Column) -> Column:
