@@ -213,14 +213,12 @@ class LandingZone(dg.ConfigurableResource):
         return sorted(stats, key=lambda s: s.path)
 
     def list_folders(
-        self, parent: str, names: Sequence[str], *, suffix: str = ""
+        self, folders: Sequence[str], *, suffix: str = ""
     ) -> dict[str, builtins.list[FileStat]]:
-        """The files directly in each folder `parent/name` whose name ends with `suffix`
-        (`list`, not recursive), by name: a range's day folders, say. An object store
-        lists them in one pass where it can."""
-        return {
-            name: self.list(f"{parent}/{name}", suffix=suffix, recursive=False) for name in names
-        }
+        """The files directly in each of `folders` whose name ends with `suffix` (`list`,
+        not recursive), by folder: a range's day folders, say. An object store lists
+        folders side by side in one pass where it can."""
+        return {folder: self.list(folder, suffix=suffix, recursive=False) for folder in folders}
 
     def list_folder(
         self, folder: str, *, suffix: str = ""

@@ -139,13 +139,28 @@ class S3LandingZone(LandingZone):
         return sorted(found, key=lambda s: s.path)
 
     def list_folders(
-        self, parent: str, names: Sequence[str], *, suffix: str = ""
+        self, folders: Sequence[str], *, suffix: str = ""
     ) -> dict[str, builtins.list[FileStat]]:
-        """One paged listing of the keys from the first folder to the last, for as long as
-        its pages hold a folder or more each (a range's day folders, side by side): a
-        request per 1,000 keys where a listing each would be a request per folder. The
-        folders it did not reach are listed one by one."""
-        folders = sorted(set(names))
+        """The files directly in each of `folders`, by folder: the folders of one parent
+        listed together (`_list_siblings`)."""
+        siblings: dict[str, dict[str, str]] = {}  # by parent: each folder, by its name
+        for folder in folders:
+            parent, _, name = folder.rpartition("/")
+            siblings.setdefault(parent, {})[name] = folder
+        found: dict[str, builtins.list[FileStat]] = {}
+        for parent, named in siblings.items():
+            listed = self._list_siblings(parent, sorted(named), suffix)
+            found |= {named[name]: files for name, files in listed.items()}
+        return found
+
+    def _list_siblings(
+        self, parent: str, folders: Sequence[str], suffix: str
+    ) -> dict[str, builtins.list[FileStat]]:
+        """The files directly in each of the sorted `folders` of `parent`, by name: one
+        paged listing of the keys from the first folder to the last, for as long as its
+        pages hold a folder or more each (a range's day folders, side by side), a request
+        per 1,000 keys where a listing each would be a request per folder. The folders it
+        did not reach are listed one by one."""
         base, root = self._key(parent), len(self._prefix)
         base = f"{base}/" if base else ""
         found: dict[str, builtins.list[FileStat]] = {name: [] for name in folders}
@@ -166,7 +181,7 @@ class S3LandingZone(LandingZone):
             else:
                 whole = len(folders)
         for name in folders[whole:]:
-            found[name] = self.list(f"{parent}/{name}", suffix=suffix, recursive=False)
+            found[name] = self.list(posixpath.join(parent, name), suffix=suffix, recursive=False)
         return found
 
     def listed_each(

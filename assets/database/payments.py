@@ -326,10 +326,12 @@ class _Ingest:
     landing: LandingZone
     compared: list[str]
 
-    def files(self, day: dt.date) -> list[FileStat]:
-        # The layout is payments/date=YYYY-MM-DD/<file>: a file in a deeper folder is no
-        # input.
-        return self.landing.list(day_folder(day), suffix=".jsonl", recursive=False)
+    def files(self, days: Sequence[dt.date]) -> dict[dt.date, list[FileStat]]:
+        """Each day's files, the day folders listed together (on an object store one
+        request per 1,000 files of a range, not one per day). The layout is
+        payments/date=YYYY-MM-DD/<file>: a file in a deeper folder is no input."""
+        listed = self.landing.list_folders([day_folder(day) for day in days], suffix=".jsonl")
+        return {day: listed[day_folder(day)] for day in days}
 
     def create_table(self, metadata: dict[str, Any]) -> None:
         # Created empty first, so that every insert is a commit on an existing table that
@@ -363,7 +365,7 @@ class _Ingest:
         """Ingest one day on its own, as a run of that day alone: the day's metadata, or
         IdempotencyConflictError (its conflicts recorded, nothing of the day committed)."""
         context, lakehouse = self.context, self.lakehouse
-        parsed = parse_payments(self.spark.session(), self.landing, self.files(day))
+        parsed = parse_payments(self.spark.session(), self.landing, self.files([day])[day])
         metadata = commit_metadata(context, partition_key=day.isoformat(), sources=parsed.sources)
         self.create_table(metadata)
         for attempt in range(1, WRITE_ATTEMPTS + 1):
@@ -407,7 +409,7 @@ class _OnePass:
     def __init__(self, ingest: _Ingest, days: Sequence[dt.date]) -> None:
         self.ingest = ingest
         context, lakehouse = ingest.context, ingest.lakehouse
-        self.files = {day: ingest.files(day) for day in days}
+        self.files = ingest.files(days)
         parsed = parse_payments(
             ingest.spark.session(),
             ingest.landing,

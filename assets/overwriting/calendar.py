@@ -33,12 +33,8 @@ def iso_year(monday: dt.date) -> int:
     return monday.isocalendar().year
 
 
-VISITS_FOLDER = "visits"
-
-
-def day_folder_name(day: dt.date) -> str:
-    """The name of `day`'s folder in VISITS_FOLDER."""
-    return f"date={day.isoformat()}"
+def day_folder(day: dt.date) -> str:
+    return f"visits/date={day.isoformat()}"
 
 
 def day_of_file(path: str) -> dt.date | None:

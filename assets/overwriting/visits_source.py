@@ -16,12 +16,7 @@ from pyspark.sql import Column, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from assets.overwriting.calendar import (
-    DAY_FOLDER_PATTERN,
-    VISITS_FOLDER,
-    day_folder_name,
-    day_of_file,
-)
+from assets.overwriting.calendar import DAY_FOLDER_PATTERN, day_folder, day_of_file
 from assets.source_files import (
     Problem,
     SourceDataError,
@@ -234,9 +229,8 @@ def parse_visit_days(
     not one per few days."""
     # The day folders listed together: on an object store one request per 1,000 files
     # of the range, not one per day.
-    folders = {day: day_folder_name(day) for day in days}
-    listed_by_name = landing.list_folders(VISITS_FOLDER, list(folders.values()), suffix=".jsonl")
-    files = {day: listed_by_name[name] for day, name in folders.items()}
+    by_folder = landing.list_folders([day_folder(day) for day in days], suffix=".jsonl")
+    files = {day: by_folder[day_folder(day)] for day in days}
     refused: dict[dt.date, SourceDataError] = {}
     while True:
         remaining = [day for day in days if day not in refused]

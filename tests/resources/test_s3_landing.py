@@ -111,26 +111,27 @@ def test_a_range_of_day_folders_is_listed_in_one_pass(zone, client, bucket, requ
             put(client, bucket, f"visits/{day}/{name}", b"{}\n")
     put(client, bucket, "visits/date=2024-01-03/", b"")  # a console's folder marker
     put(client, bucket, "visits/date=2024-01-09/a.jsonl", b"{}\n")  # after the last day
-    asked = [d for d in days if d != "date=2024-01-04"]  # a day between, not asked for
-    one_by_one = {d: zone.list(f"visits/{d}", suffix=".jsonl", recursive=False) for d in asked}
+    # Every day but one between (not asked for).
+    asked = [f"visits/{d}" for d in days if d != "date=2024-01-04"]
+    one_by_one = {d: zone.list(d, suffix=".jsonl", recursive=False) for d in asked}
     assert all(len(files) == 2 for files in one_by_one.values())
     # 41 keys from the first day to the last (the marker and the day not asked for too).
     for page_size in (1000, 7):
         requests.clear()
-        assert paged(zone, page_size).list_folders("visits", asked, suffix=".jsonl") == one_by_one
+        assert paged(zone, page_size).list_folders(asked, suffix=".jsonl") == one_by_one
         assert requests == ["ListObjectsV2"] * math.ceil(41 / page_size)
     # Two keys a page: the first page holds no folder whole, so the listing stops and each
     # folder is listed on its own (three pages each).
     requests.clear()
-    assert zone.list_folders("visits", asked, suffix=".jsonl") == one_by_one
+    assert zone.list_folders(asked, suffix=".jsonl") == one_by_one
     assert len(requests) == 1 + len(asked) * 3
     # Two folders far apart: once a page holds neither whole, the listing stops and the
     # last folder is listed on its own.
-    far = ["date=2024-01-01", "date=2024-01-08"]
+    far = ["visits/date=2024-01-01", "visits/date=2024-01-08"]
     requests.clear()
-    listed = paged(zone, 7).list_folders("visits", far, suffix=".jsonl")
-    assert listed == {d: one_by_one[d] for d in far}
-    assert len(requests) == 2 + 1
+    listed = paged(zone, 7).list_folders([*far, "visits-other"], suffix=".jsonl")
+    assert listed == {d: one_by_one[d] for d in far} | {"visits-other": []}
+    assert len(requests) == 2 + 1 + 1  # and the other parent's folder, on its own
 
 
 def test_files_side_by_side_are_looked_up_in_one_listing(zone, client, bucket, requests):
