@@ -29,7 +29,7 @@ its runs resolve them):
    say yes and every checksum must equal the other profile's. The production profile's
    demo gets a stack of its own (the range runs' tables would change its checksums).
 
-Run: `.venv/bin/python benchmarks/profiles.py [--days 364] [--skip-demo]` (about 45
+Run: `.venv/bin/python benchmarks/profiles.py [--days 364] [--skip-demo]` (about 25
 minutes on 2 cores). Every server is stopped by its pid on the way out.
 """
 
