@@ -213,39 +213,30 @@ class S3LandingZone(LandingZone):
         return stats
 
     def _pages_between(self, after: str, last: str) -> Iterator[builtins.list[dict]]:
-        """The pages of one listing of the keys after `after` up to `last` (folder markers
-        left out)."""
-        pages = (
-            self._client()
-            .get_paginator("list_objects_v2")
-            .paginate(
-                Bucket=self._bucket,
-                Prefix=posixpath.commonprefix([after, last]),
-                StartAfter=after,
-                PaginationConfig={"PageSize": self.page_size},
-            )
-        )
-        for page in pages:
-            contents = page.get("Contents", [])
-            yield [e for e in contents if e["Key"] <= last and not e["Key"].endswith("/")]
-            if contents and contents[-1]["Key"] >= last:
+        """The pages of one listing of the keys after `after` up to `last`."""
+        prefix = posixpath.commonprefix([after, last])
+        for page, reached in self._pages(Prefix=prefix, StartAfter=after):
+            yield [entry for entry in page if entry["Key"] <= last]
+            if reached >= last:
                 return
 
     def _objects(self, start: str, *, delimiter: bool = False) -> Iterator[dict]:
+        options = {"Delimiter": "/"} if delimiter else {}
+        for page, _ in self._pages(Prefix=start, **options):
+            yield from page
+
+    def _pages(self, **listing: str) -> Iterator[tuple[builtins.list[dict], str]]:
+        """The pages of one `ListObjectsV2` listing (console "folder" markers left out),
+        each with the last key it reached ('' for none)."""
         pages = (
             self._client()
             .get_paginator("list_objects_v2")
-            .paginate(
-                Bucket=self._bucket,
-                Prefix=start,
-                **({"Delimiter": "/"} if delimiter else {}),
-                PaginationConfig={"PageSize": self.page_size},
-            )
+            .paginate(Bucket=self._bucket, **listing, PaginationConfig={"PageSize": self.page_size})
         )
         for page in pages:
-            for listed in page.get("Contents", ()):
-                if not listed["Key"].endswith("/"):  # a console's "folder" marker
-                    yield listed
+            contents = page.get("Contents", [])
+            reached = contents[-1]["Key"] if contents else ""
+            yield [entry for entry in contents if not entry["Key"].endswith("/")], reached
 
     def listed(self, path: str) -> FileStat | None:
         return self.stat(path)
