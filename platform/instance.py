@@ -1,7 +1,8 @@
 """Writes the Dagster instance's configuration, `DAGSTER_HOME/dagster.yaml`:
 `platform/dagster.yaml` as it is (storage in SQLite under DAGSTER_HOME), or, when
 `DAGSTER_POSTGRES_URL` is set, the same with run, event-log and schedule storage in that
-Postgres database (Dagster's `storage: postgres`, from the `dagster-postgres` package).
+Postgres database (Dagster's `storage: postgres`, from the `dagster-postgres` package) and
+the sensors ticked in threads.
 
 The file names the variable, never its value: Dagster reads the URL, password included,
 from the environment each time it loads the instance.
@@ -26,6 +27,15 @@ storage:
   postgres:
     postgres_url:
       env: {POSTGRES_URL}
+
+# Postgres takes concurrent writers, so the daemon ticks its sensors side by side, each in
+# a thread: a slow tick (a listing of a big bucket) no longer holds back the others' ticks,
+# which the sensor loop otherwise takes one after another. The runs one tick asks for are
+# submitted side by side too.
+sensors:
+  use_threads: true
+  num_workers: 4
+  num_submit_workers: 4
 """
 
 

@@ -74,6 +74,8 @@ def test_a_tick_a_backfill_and_a_restore_against_postgres(
         type(storage).__name__
         for storage in (instance.run_storage, instance.event_log_storage, instance.schedule_storage)
     ] == ["PostgresRunStorage", "PostgresEventLogStorage", "PostgresScheduleStorage"]
+    # Postgres takes concurrent writers: the daemon ticks the sensors side by side.
+    assert instance.get_settings("sensors")["use_threads"]
     for day in DAYS:
         write_visits(day, "part.jsonl", day_of_visits(day, 3))
 
