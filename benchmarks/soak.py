@@ -24,7 +24,9 @@ every table equals what plain Python computes from the files that landed.
 Nobody touches anything meanwhile: whatever heals, heals through the platform (run
 retries, `dead_runs`, the sensors asking again for failed work, the managed Spark).
 It prints the faults of each kind, the files landed, the runs launched, failed and
-retried, and the time to converge; exits 1 when a bound is missed.
+retried, each landed file's time until its partition was committed and where that time
+went (the sensors' ticks, the run queue, the run processes' start, the runs), and the
+time to converge; exits 1 when a bound is missed.
 
 With `--stack`, the load alone (no fault) lands on a production profile that is up and
 fresh (`make stack`, nothing landed yet), whose variables the shell holds: the files go
@@ -41,6 +43,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib.util
+import itertools
 import math
 import os
 import random
@@ -58,6 +61,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(PROJECT_ROOT)]
 
 import dagster as dg  # noqa: E402
+from dagster import DagsterEventType as E  # noqa: E402
 from soak_faults import CODE_SERVER, DAEMON, DISK, RUN, SPARK, WEBSERVER, Faults  # noqa: E402
 from soak_load import EventBatches, Telemetry, Visits  # noqa: E402
 from soak_ui import screenshots  # noqa: E402
@@ -133,6 +137,7 @@ class Soak:
         self.queued: list[tuple[float, int, int]] = []
         """(seconds into the soak, runs queued, runs going), sampled every 10 s."""
         self.began = time.monotonic()
+        self.began_at = time.time()
         self.base = base
         self.log = (base / "soak.log").open("a")
 
@@ -264,6 +269,45 @@ def committed_after_landing(
         lines.append(
             f"Landed -> committed, {asset}: median {median:.0f} s, 95th percentile "
             f"{p95:.0f} s, worst {worst:.0f} s ({len(seconds)} files)"
+        )
+    return lines
+
+
+def _spread(seconds: list[float]) -> str:
+    seconds = sorted(seconds)
+    p95 = seconds[min(len(seconds) - 1, int(len(seconds) * 0.95))]
+    return f"{seconds[len(seconds) // 2]:.1f} / {p95:.1f} s"
+
+
+def waits(instance: dg.DagsterInstance, since: float) -> list[str]:
+    """Where a landed file's time goes, per sensor, median / 95th percentile: the gap
+    between its ticks, then for each run it asked for the time queued (enqueued to
+    launched), the run process's start (launched to its first event) and the run."""
+    lines = []
+    for state in instance.all_instigator_state():
+        ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, after=since)
+        at = sorted(tick.timestamp for tick in ticks)
+        if len(at) > 2:
+            gaps = [later - earlier for earlier, later in itertools.pairwise(at)]
+            lines.append(f"Ticks of {state.instigator_name}: {_spread(gaps)} apart")
+    phases: dict[str, dict[str, list[float]]] = {}
+    kinds = {E.RUN_ENQUEUED, E.RUN_STARTING, E.RUN_START, E.RUN_SUCCESS}
+    began = dt.datetime.fromtimestamp(since, dt.UTC)
+    for run in instance.get_runs(dg.RunsFilter(created_after=began)):
+        events = instance.all_logs(run.run_id, of_type=kinds)
+        seen = {event.dagster_event_type: event.timestamp for event in events}
+        if len(seen) == len(kinds):
+            sensor = run.tags.get("dagster/sensor_name", "other")
+            for phase, (start, end) in {
+                "queued": (E.RUN_ENQUEUED, E.RUN_STARTING),
+                "process start": (E.RUN_STARTING, E.RUN_START),
+                "run": (E.RUN_START, E.RUN_SUCCESS),
+            }.items():
+                phases.setdefault(sensor, {}).setdefault(phase, []).append(seen[end] - seen[start])
+    for sensor, spent in sorted(phases.items()):
+        lines.append(
+            f"Runs of {sensor} ({len(spent['run'])}): "
+            + ", ".join(f"{phase} {_spread(seconds)}" for phase, seconds in spent.items())
         )
     return lines
 
@@ -417,6 +461,8 @@ def soak(args, state, instance, faults, url, processes) -> int:
     print(queue_figures(state, load_over - state.began, drained_after if drained else None))
     for line in committed_after_landing(instance, state.landings):
         print(line)
+    for line in waits(instance, state.began_at):
+        print("   " + line)
     missed = [
         f"{kind} kills {faults.done[kind]} < {n}"
         for kind, n in BOUNDS.items()
