@@ -35,7 +35,7 @@ and the same wherever the versions meet.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -43,7 +43,9 @@ from pyspark.sql import functions as F
 
 from assets.source_files import (
     LINE_FACTS,
+    Problem,
     SourceDataError,
+    SourceDataErrors,
     checked_facts,
     empty_files,
     instant,
@@ -168,11 +170,11 @@ def _problem(record: Column) -> Column:
     )
 
 
-def _typed(lines: DataFrame, batch_id: str) -> DataFrame:
-    """The lines of a batch (`read_lines`), read: each line's `LINE_FACTS`, `problem`
-    (null on an event) and `EVENT_COLUMNS`, in one pass. Times are compared in UTC
-    whatever the session's zone: `UTC_MICROS` formats in the session zone, so the session
-    must run in UTC (ours do)."""
+def _typed(lines: DataFrame, batch_id: Column) -> DataFrame:
+    """The lines of batches (`read_lines`), read: each line's `LINE_FACTS`, `problem`
+    (null on an event) and `EVENT_COLUMNS` (the batch's id from `batch_id`), in one pass.
+    Times are compared in UTC whatever the session's zone: `UTC_MICROS` formats in the
+    session zone, so the session must run in UTC (ours do)."""
     rec = F.col("record")
     return (
         lines.withColumn("record", F.expr("try_parse_json(text)"))
@@ -202,7 +204,7 @@ def _typed(lines: DataFrame, batch_id: str) -> DataFrame:
             "payload",
             (F.col("op") == "delete").alias("is_deleted"),
             F.to_date("event_timestamp").alias("event_date"),
-            F.lit(batch_id).alias("batch_id"),
+            batch_id.alias("batch_id"),
             F.col("given_id").isNull().alias("key_derived"),
             content_digest(F.col("op"), F.col("payload")).alias("content_digest"),
         )
@@ -235,7 +237,63 @@ def parse_batch(
     problems = empty_files(files)
     if problems:
         raise SourceDataError("events", problems)
-    typed = _typed(read_lines(spark, landing, files), batch_id).localCheckpoint()
+    typed = _typed(read_lines(spark, landing, files), F.lit(batch_id)).localCheckpoint()
     facts = checked_facts("events", typed, F.col("problem"), files)
     events = typed.where(F.col("source_line").isNotNull()).select(*EVENT_COLUMNS, *WHERE)
     return ParsedBatch(events, facts.fingerprints, facts.lines)
+
+
+def parse_batches(
+    spark: SparkSession, landing: LandingZone, files: Mapping[str, FileStat]
+) -> dict[str, ParsedBatch | SourceDataError]:
+    """The batches of `files` (each batch's file, by batch id) read, parsed and checked in
+    one Spark pass (a few jobs for them all, not a few per batch), then split by batch:
+    each batch's events, or the error that refuses it, as `parse_batch` of that batch
+    alone raises it. A pass that finds bad batches takes them out and reads the others
+    again, so a bad batch never holds back the rest."""
+    batch_of = {stat.path: batch_id for batch_id, stat in files.items()}
+    outcome: dict[str, ParsedBatch | SourceDataError] = {
+        batch_of[problem.file]: SourceDataError("events", [problem])
+        for problem in empty_files(list(files.values()))
+    }
+    batch_ids = F.create_map(*(F.lit(part) for pair in batch_of.items() for part in pair))
+    while remaining := [batch_id for batch_id in files if batch_id not in outcome]:
+        listed = [files[batch_id] for batch_id in remaining]
+        try:
+            lines = read_lines(spark, landing, listed)
+            typed = _typed(lines, batch_ids[F.col("source_file")]).localCheckpoint()
+            # Per file, so each bad batch's first lines are named, as in a pass of its own.
+            facts = checked_facts(
+                "events", typed, F.col("problem"), listed, per=F.col("source_file")
+            )
+        except SourceDataError as error:
+            outcome.update(_by_batch(error, batch_of))
+            continue
+        events = typed.where(F.col("source_line").isNotNull()).select(*EVENT_COLUMNS, *WHERE)
+        fingerprints = {source.path: source for source in facts.fingerprints}
+        for batch_id in remaining:
+            path = files[batch_id].path
+            outcome[batch_id] = ParsedBatch(
+                events.where(F.col("batch_id") == batch_id),
+                [fingerprints[path]],
+                facts.lines_by_file.get(path, 0),
+            )
+    return outcome
+
+
+def _by_batch(error: SourceDataError, batch_of: Mapping[str, str]) -> dict[str, SourceDataError]:
+    """`error` as the error of each batch it names (by its file, `batch_of`); raises
+    `error` itself when one of its problems is in no batch's file, or it was cut short
+    without being split by file (then no batch is refused in the others' place)."""
+    if isinstance(error, SourceDataErrors):
+        by_file = error.of(list(batch_of))
+    else:
+        problems: dict[str, list[Problem]] = {}
+        for problem in error.problems:
+            problems.setdefault(problem.file, []).append(problem)
+        by_file = {path: SourceDataError(error.source, found) for path, found in problems.items()}
+        if error.more or not by_file.keys() <= batch_of.keys():
+            by_file = None
+    if not by_file:
+        raise error
+    return {batch_of[path]: refused for path, refused in by_file.items()}

@@ -22,11 +22,11 @@ from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.materialization import commit_metadata, materialization_metadata
 from assets.partition_range import SINGLE_RUN, materialize_partitions
 from assets.run_policy import NO_RETRY_ON_REFUSAL, TRANSIENT_RETRIES, Refusal
-from assets.warehouse.events_source import batch_file, parse_batch
+from assets.warehouse.events_source import batch_file, parse_batches
 from assets.warehouse.staging_merge import TABLE_COLUMNS, deduplicate, merge_batch
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse.predicates import eq, is_in
-from resources.landing import LandingFileError
+from resources.landing import FileStat, LandingFileError
 
 STAGING = "user_events_staging"
 EARLIEST_EVENT = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
@@ -166,18 +166,18 @@ def user_events_staging(
     """Write-audit-publish, step 1 and 2: the batch `events/<batch_id>.jsonl` parsed,
     deduplicated (newest version of each event) and staged in `user_events_staging`, then
     audited by blocking checks; `user_events` publishes it only if every audit passes. A
-    run of several batches stages each in a commit of its own and passes an audit only
-    when every batch does (its sensor then asks for each batch alone)."""
+    run of several batches reads and parses them in one Spark pass, stages each in a
+    commit of its own and passes an audit only when every batch does (its sensor then
+    asks for each batch alone); a bad batch is refused alone, the others staged."""
     staged_rows: dict[str, int] = {}
+    landed = {batch_id: _landed(landing, batch_id) for batch_id in context.partition_keys}
+    files = {batch_id: stat for batch_id, stat in landed.items() if isinstance(stat, FileStat)}
+    parsed_batches = parse_batches(spark.session(), landing, files) if files else {}
 
     def stage(batch_id: str) -> dict[str, Any]:
-        try:
-            stat = landing.stat(batch_file(batch_id))
-        except LandingFileError as error:
-            raise Refusal(f"batch {batch_id}: {error}") from error
-        if stat is None:
-            raise Refusal(f"batch {batch_id}: {batch_file(batch_id)} is not in the landing zone")
-        parsed = parse_batch(spark.session(), landing, batch_id, [stat])
+        parsed = parsed_batches.get(batch_id, landed[batch_id])
+        if isinstance(parsed, Exception):
+            raise parsed
         staged = deduplicate(parsed.frame).select(*TABLE_COLUMNS).localCheckpoint()
         rows = staged_rows[batch_id] = staged.count()
         where = eq("batch_id", batch_id)
@@ -206,6 +206,19 @@ def user_events_staging(
     audited = audits(lakehouse, list(staged_rows), event_settings)
     results = [audited[batch].results(batch_rows=rows) for batch, rows in staged_rows.items()]
     return dg.MaterializeResult(check_results=all_batches(list(staged_rows), results))
+
+
+def _landed(landing: LandingZone, batch_id: str) -> FileStat | Refusal:
+    """The batch's file, or why the batch cannot be staged."""
+    try:
+        stat = landing.stat(batch_file(batch_id))
+    except LandingFileError as error:
+        refusal = Refusal(f"batch {batch_id}: {error}")
+        refusal.__cause__ = error
+        return refusal
+    if stat is None:
+        return Refusal(f"batch {batch_id}: {batch_file(batch_id)} is not in the landing zone")
+    return stat
 
 
 def all_batches(

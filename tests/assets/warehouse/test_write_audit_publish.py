@@ -259,3 +259,37 @@ def test_the_batches_new_to_a_tick_are_one_run_and_a_bad_one_fails_alone(
     events = lakehouse.read_arrow(USER_EVENTS, columns=["event_id"]).column(0).to_pylist()
     assert sorted(events) == ["e1", "e4", "e5"]
     assert tick(second.cursor).run_requests == []
+
+
+def test_a_run_of_batches_refuses_a_bad_one_alone_as_a_run_of_it_would(
+    landing, lakehouse, instance, write_batch, resources, run_batch
+):
+    """A run's batches are read in one Spark pass: a batch with a bad line, or an empty
+    one, is refused with the error a run of it alone gives, and the others are staged."""
+    write_batch("b1", [event("e1")])
+    bad = write_batch("b2", [event("e2")])
+    bad.write_text(bad.read_text() + "{not json\n")
+    write_batch("b3", [event("e3"), event("e4")])
+    (Path(landing.root) / batch_file("b4")).write_bytes(b"")
+    instance.add_dynamic_partitions(event_batches.name, ["b1", "b2", "b3", "b4"])
+    together = dg.materialize(
+        [user_events_staging],
+        resources={**resources, "event_settings": EventSettings()},
+        instance=instance,
+        tags=partition_range("b1", "b4"),
+        raise_on_error=False,
+    )
+
+    assert not together.success
+    assert instance.get_materialized_partitions(user_events_staging.key) == {"b1", "b3"}
+    assert {b: a.rows for b, a in audits(lakehouse, ["b1", "b3"], EventSettings()).items()} == {
+        "b1": 1,
+        "b3": 2,
+    }
+    (failure,) = together.get_step_failure_events()
+    refused = failure.step_failure_data.user_failure_data.metadata["failed"].data
+    for batch_id in ("b2", "b4"):
+        (alone,) = run_batch(batch_id, assets=[user_events_staging]).get_step_failure_events()
+        assert refused[batch_id] == alone.step_failure_data.error.message.strip().split(": ", 1)[1]
+    assert "events/b2.jsonl:2: malformed JSON" in refused["b2"]
+    assert "events/b4.jsonl: file is empty" in refused["b4"]
