@@ -277,7 +277,7 @@ def staging_throughput(spark: SparkResource, lines: int = 1_000_000) -> Staging:
         ).select(F.sha2(F.to_json("payload"), 256)).write.format("noop").mode("overwrite").save()
         canonical = lines / (time.perf_counter() - started)
         started = time.perf_counter()
-        parsed = parse_batch(session, landing, "big", [landing.stat(batch_file("big"))])
+        parsed = parse_batch(session, landing, "big", landing.stat(batch_file("big")))
         staged = deduplicate(parsed.frame).count()
         seconds = time.perf_counter() - started
         assert parsed.lines_read == lines and staged < lines

@@ -35,7 +35,7 @@ and the same wherever the versions meet.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -228,19 +228,14 @@ def content_digest(op: Column, payload: Column) -> Column:
 
 
 def parse_batch(
-    spark: SparkSession, landing: LandingZone, batch_id: str, files: Sequence[FileStat]
+    spark: SparkSession, landing: LandingZone, batch_id: str, stat: FileStat
 ) -> ParsedBatch:
-    """Parse and validate a batch file; raises SourceDataError naming every bad line it
-    found (up to a limit). The lines are read, parsed, validated and typed in one pass,
-    kept as a local checkpoint: the facts and the events are then read from it, and later
-    jobs never read the file again."""
-    problems = empty_files(files)
-    if problems:
-        raise SourceDataError("events", problems)
-    typed = _typed(read_lines(spark, landing, files), F.lit(batch_id)).localCheckpoint()
-    facts = checked_facts("events", typed, F.col("problem"), files)
-    events = typed.where(F.col("source_line").isNotNull()).select(*EVENT_COLUMNS, *WHERE)
-    return ParsedBatch(events, facts.fingerprints, facts.lines)
+    """Parse and validate one batch file (`parse_batches` of it alone); raises
+    SourceDataError naming every bad line it found (up to a limit)."""
+    parsed = parse_batches(spark, landing, {batch_id: stat})[batch_id]
+    if isinstance(parsed, SourceDataError):
+        raise parsed
+    return parsed
 
 
 def parse_batches(
@@ -248,9 +243,11 @@ def parse_batches(
 ) -> dict[str, ParsedBatch | SourceDataError]:
     """The batches of `files` (each batch's file, by batch id) read, parsed and checked in
     one Spark pass (a few jobs for them all, not a few per batch), then split by batch:
-    each batch's events, or the error that refuses it, as `parse_batch` of that batch
-    alone raises it. A pass that finds bad batches takes them out and reads the others
-    again, so a bad batch never holds back the rest."""
+    each batch's events, or the error that refuses it (every bad line found, up to a
+    limit), worded as for that batch alone. The lines are read, parsed, validated and
+    typed in one pass, kept as a local checkpoint: the facts and the events are then read
+    from it, and later jobs never read the files again. A pass that finds bad batches
+    takes them out and reads the others again, so a bad batch never holds back the rest."""
     batch_of = {stat.path: batch_id for batch_id, stat in files.items()}
     outcome: dict[str, ParsedBatch | SourceDataError] = {
         batch_of[problem.file]: SourceDataError("events", [problem])

@@ -22,7 +22,7 @@ from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.materialization import commit_metadata, materialization_metadata
 from assets.partition_range import SINGLE_RUN, materialize_partitions
 from assets.run_policy import NO_RETRY_ON_REFUSAL, TRANSIENT_RETRIES, Refusal
-from assets.warehouse.events_source import batch_file, parse_batches
+from assets.warehouse.events_source import ParsedBatch, batch_file, parse_batches
 from assets.warehouse.staging_merge import TABLE_COLUMNS, deduplicate, merge_batch
 from resources import Lakehouse, LandingZone, SparkResource
 from resources.lakehouse.predicates import eq, is_in
@@ -170,12 +170,19 @@ def user_events_staging(
     commit of its own and passes an audit only when every batch does (its sensor then
     asks for each batch alone); a bad batch is refused alone, the others staged."""
     staged_rows: dict[str, int] = {}
-    landed = {batch_id: _landed(landing, batch_id) for batch_id in context.partition_keys}
-    files = {batch_id: stat for batch_id, stat in landed.items() if isinstance(stat, FileStat)}
-    parsed_batches = parse_batches(spark.session(), landing, files) if files else {}
+    files: dict[str, FileStat] = {}
+    batches: dict[str, ParsedBatch | Exception] = {}
+    for batch_id in context.partition_keys:
+        landed = _landed(landing, batch_id)
+        if isinstance(landed, Refusal):
+            batches[batch_id] = landed
+        else:
+            files[batch_id] = landed
+    if files:
+        batches.update(parse_batches(spark.session(), landing, files))
 
     def stage(batch_id: str) -> dict[str, Any]:
-        parsed = parsed_batches.get(batch_id, landed[batch_id])
+        parsed = batches[batch_id]
         if isinstance(parsed, Exception):
             raise parsed
         staged = deduplicate(parsed.frame).select(*TABLE_COLUMNS).localCheckpoint()

@@ -175,7 +175,7 @@ def test_every_payload_stages_to_its_pinned_canonical_text_and_key(spark, landin
     path = Path(landing.root) / batch_file("golden")
     path.parent.mkdir(parents=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    parsed = parse_batch(spark.session(), landing, "golden", [landing.stat(batch_file("golden"))])
+    parsed = parse_batch(spark.session(), landing, "golden", landing.stat(batch_file("golden")))
     staged = sorted(parsed.frame.select("source_line", "payload", "event_id").collect())
     assert [(row.payload, row.event_id) for row in staged] == [
         (canonical, key) for _, canonical, key in GOLDEN

@@ -61,8 +61,7 @@ def write_batch(landing):
 @pytest.fixture
 def stage(spark, landing):
     def parse(batch_id: str):
-        files = [landing.stat(batch_file(batch_id))]
-        return parse_batch(spark.session(), landing, batch_id, files)
+        return parse_batch(spark.session(), landing, batch_id, landing.stat(batch_file(batch_id)))
 
     return parse
 
