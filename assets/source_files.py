@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 from urllib.parse import unquote
@@ -75,6 +75,33 @@ class SourceDataErrors(SourceDataError):
         problem that belongs to none of them)."""
         found = {group: self.errors[group] for group in groups if group in self.errors}
         return found if len(found) == len(self.errors) else None
+
+
+def refusals_by(
+    error: SourceDataError, groups: Collection[K], group_of: Callable[[str], K | None]
+) -> dict[K, SourceDataError]:
+    """`error`, from one pass over several groups of files (a range's days, a run's
+    batches), as the error of each of `groups` it names; `group_of` gives a file's group.
+    Raises `error` itself when one of its problems belongs to none of them (the whole
+    pass fails with it). Only a list of bad lines is ever cut short, and that one comes
+    group by group (SourceDataErrors); the other errors name every file."""
+    found: dict[K, SourceDataError] | None
+    if isinstance(error, SourceDataErrors):
+        found = error.of(groups)
+    else:
+        by_group: dict[K | None, list[Problem]] = {}
+        for problem in error.problems:
+            by_group.setdefault(group_of(problem.file), []).append(problem)
+        found = {
+            group: SourceDataError(error.source, by_group[group])
+            for group in groups
+            if group in by_group
+        }
+        if error.more or len(found) < len(by_group):
+            found = None
+    if not found:
+        raise error
+    return found
 
 
 def empty_files(files: Sequence[FileStat]) -> list[Problem]:

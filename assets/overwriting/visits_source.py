@@ -20,12 +20,12 @@ from assets.overwriting.calendar import DAY_FOLDER_PATTERN, day_folder, day_of_f
 from assets.source_files import (
     Problem,
     SourceDataError,
-    SourceDataErrors,
     checked_facts,
     empty_files,
     instant,
     json_problem,
     read_lines,
+    refusals_by,
     wrong_kind,
 )
 from resources.lakehouse import Lakehouse
@@ -171,26 +171,6 @@ def parse_visits(
     return ParsedVisits(parts, facts.fingerprints, facts.lines_by_file)
 
 
-def _by_day(error: SourceDataError, days: Sequence[dt.date]) -> dict[dt.date, SourceDataError]:
-    """`error` as the error of each of `days` it names; raises `error` itself when one of
-    its problems is none of theirs (the whole range fails with it). Only a list of bad
-    lines is ever cut short, and that one comes day by day (SourceDataErrors); the other
-    errors name every file."""
-    found: dict[dt.date, SourceDataError] | None
-    if isinstance(error, SourceDataErrors):
-        found = error.of(days)
-    else:
-        by_day: dict[dt.date | None, list[Problem]] = {}
-        for problem in error.problems:
-            by_day.setdefault(day_of_file(problem.file), []).append(problem)
-        found = {day: SourceDataError(error.source, by_day[day]) for day in days if day in by_day}
-        if error.more or len(found) < len(by_day):
-            found = None
-    if not found:
-        raise error
-    return found
-
-
 @dataclass(frozen=True)
 class VisitDay:
     """One day's valid visits out of a range parsed in one pass, with what parsing saw."""
@@ -239,7 +219,7 @@ def parse_visit_days(
             parsed = parse_visits(spark, landing, lakehouse, listed)
             break
         except SourceDataError as error:
-            refused.update(_by_day(error, remaining))
+            refused.update(refusals_by(error, remaining, day_of_file))
         if len(refused) == len(days):
             return VisitDays(dict(refused), None)
     parts = parsed.parts

@@ -43,14 +43,13 @@ from pyspark.sql import functions as F
 
 from assets.source_files import (
     LINE_FACTS,
-    Problem,
     SourceDataError,
-    SourceDataErrors,
     checked_facts,
     empty_files,
     instant,
     json_problem,
     read_lines,
+    refusals_by,
     wrong_kind_of,
 )
 from resources.landing import FileStat, Fingerprint, LandingZone
@@ -259,12 +258,10 @@ def parse_batches(
         try:
             lines = read_lines(spark, landing, listed)
             typed = _typed(lines, batch_ids[F.col("source_file")]).localCheckpoint()
-            # Per file, so each bad batch's first lines are named, as in a pass of its own.
-            facts = checked_facts(
-                "events", typed, F.col("problem"), listed, per=F.col("source_file")
-            )
+            # Per batch, so each bad batch's first lines are named, as in a pass of its own.
+            facts = checked_facts("events", typed, F.col("problem"), listed, per=F.col("batch_id"))
         except SourceDataError as error:
-            outcome.update(_by_batch(error, batch_of))
+            outcome.update(refusals_by(error, remaining, batch_of.get))
             continue
         events = typed.where(F.col("source_line").isNotNull()).select(*EVENT_COLUMNS, *WHERE)
         fingerprints = {source.path: source for source in facts.fingerprints}
@@ -276,21 +273,3 @@ def parse_batches(
                 facts.lines_by_file.get(path, 0),
             )
     return outcome
-
-
-def _by_batch(error: SourceDataError, batch_of: Mapping[str, str]) -> dict[str, SourceDataError]:
-    """`error` as the error of each batch it names (by its file, `batch_of`); raises
-    `error` itself when one of its problems is in no batch's file, or it was cut short
-    without being split by file (then no batch is refused in the others' place)."""
-    if isinstance(error, SourceDataErrors):
-        by_file = error.of(list(batch_of))
-    else:
-        problems: dict[str, list[Problem]] = {}
-        for problem in error.problems:
-            problems.setdefault(problem.file, []).append(problem)
-        by_file = {path: SourceDataError(error.source, found) for path, found in problems.items()}
-        if error.more or not by_file.keys() <= batch_of.keys():
-            by_file = None
-    if not by_file:
-        raise error
-    return {batch_of[path]: refused for path, refused in by_file.items()}
