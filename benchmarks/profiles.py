@@ -12,7 +12,10 @@ its runs resolve them):
    range run, after one untimed day that creates the tables and registers them (once in
    a deployment's life). On the production profile once more with
    DAGSTER_EVENT_BATCH_SIZE=0 (Dagster stores a run's events one at a time), on days of
-   their own in the same table, before the stack's own setting (1000) is measured.
+   their own in the same table, before the stack's own setting (1000) is measured. Then
+   the range's floor under one commit per partition: `--days` commits alone, as the
+   range makes them (a replaceWhere of a day with its app transaction), on the
+   profile's lakehouse; no range can cost less than a one-day run and those.
 2. The warehouse publish (`benchmarks/user_events.py`'s MERGE of a batch into
    user_events, pinned by the record-level index), on a table of 732 days of 1,000
    events: a 1,000-event batch whose older versions are in its own day, and one whose
@@ -43,6 +46,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -123,10 +127,22 @@ def lander(env: dict[str, str]) -> Callable[[Path, list[str]], None]:
     return land
 
 
-def in_process(env: dict[str, str], part: str) -> dict:
+def floor(profile: str, env: dict[str, str], one_day: float, days: int) -> None:
+    """The least a range can cost under one commit per partition: a one-day run's costs
+    and the range's commits, with no reading and no Dagster event at all."""
+    seconds = in_process(env, "commits", "--days", str(days))["seconds"]
+    print(
+        f"  {profile:<20} {'its ' + str(days) + ' commits alone':<34} {seconds:6.1f} s "
+        f"({seconds / days * 1000:.1f} ms each): a range >= one day + them = "
+        f"{(one_day + seconds) / one_day:.2f} one-day runs",
+        flush=True,
+    )
+
+
+def in_process(env: dict[str, str], part: str, *arguments: str) -> dict:
     """`part` of this script in a process of its own with the profile's environment `env`:
     what it printed last (JSON)."""
-    command = [sys.executable, __file__, "--part", part]
+    command = [sys.executable, __file__, "--part", part, *arguments]
     done = subprocess.run(command, env=env, cwd=PROJECT_ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{part} failed:\n{done.stdout}{done.stderr}")
@@ -143,7 +159,31 @@ def publish() -> dict:
     return {"own_day": own_day.seconds, "spread": spread.seconds, "days_read": spread.days}
 
 
-PARTS = {"publish": publish}
+def commits(days: int) -> dict:
+    """What a range run's commits alone cost on this process's lakehouse: `days`
+    replaceWhere commits of a 3-row day, each with its app transaction, into a table of
+    their own, as a range run makes them (one commit and Delta version per partition)."""
+    import pyarrow as pa
+
+    from resources.lakehouse.port import AppTransaction
+    from resources.lakehouse.predicates import eq
+
+    def commit(lakehouse, day: dt.date) -> None:
+        lakehouse.overwrite(
+            "bench_range_commits",
+            pa.table({"event_date": [day] * 3, "visit": [1, 2, 3]}),
+            where=eq("event_date", day),
+            partition_by=["event_date"],
+            metadata={"day": day.isoformat()},
+            app_transaction=AppTransaction(f"bench_range_commits/{day.isoformat()}", 1),
+        )
+
+    with dg.build_resources(load_definitions().resources) as built:
+        commit(built.lakehouse, run_cost.FIRST_DAY)  # the table's creation: not a range's
+        started = time.monotonic()
+        for n in range(1, days + 1):
+            commit(built.lakehouse, run_cost.FIRST_DAY + dt.timedelta(days=n))
+        return {"seconds": time.monotonic() - started}
 
 
 def telemetry_variants(env: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
@@ -208,10 +248,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=364)
     parser.add_argument("--skip-demo", action="store_true")
-    parser.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)
+    parser.add_argument("--part", choices=("publish", "commits"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.part:
-        print(json.dumps(PARTS[args.part]()))
+        print(json.dumps(commits(args.days) if args.part == "commits" else publish()))
         return
     scratch = Path(tempfile.mkdtemp(prefix="bench-profiles-"))
     scratch.chmod(0o755)  # Postgres runs as `nobody` under root
@@ -232,6 +272,7 @@ def main() -> None:
         run_cost.materialize(embedded, "--partition", untimed)
         one_day, ranged = day_and_range(embedded, first_range, spare)
         say("embedded default", "(SQLite, local disk)", one_day, ranged, args.days)
+        floor("embedded default", embedded, one_day, args.days)
         other_figures("embedded default", embedded, scratch / "embedded-figures")
 
     with servers.production_stack() as stack:
@@ -239,10 +280,11 @@ def main() -> None:
         env |= stack | {"LANDING_ROOT": "s3://landing/bench"}
         upload(landing, env, "landing/bench")
         run_cost.materialize(env, "--partition", untimed)
-        for batch, days, day in (("0", second_range, spare_again), ("1000", first_range, spare)):
-            one_day, ranged = day_and_range(env | {"DAGSTER_EVENT_BATCH_SIZE": batch}, days, day)
+        for batch, days, key in (("0", second_range, spare_again), ("1000", first_range, spare)):
+            one_day, ranged = day_and_range(env | {"DAGSTER_EVENT_BATCH_SIZE": batch}, days, key)
             what = f"(DAGSTER_EVENT_BATCH_SIZE={batch})"
             say("production profile", what, one_day, ranged, args.days)
+        floor("production profile", env, one_day, args.days)
         client = boto3.client(
             "s3",
             endpoint_url=env["AWS_ENDPOINT_URL"],
