@@ -21,12 +21,13 @@ import random
 from collections import defaultdict
 from pathlib import PurePosixPath
 
+from assets.overwriting.calendar import day_folder
 from assets.overwriting.data_overwrite import VISITS_DAILY
 from assets.overwriting.exposition import manifest_entries, weeks_by_table
 from assets.telemetry import control
 from assets.warehouse.events_source import batch_file
 from assets.warehouse.staging_merge import USER_EVENTS
-from demo.generate import _lines, _visits, day_folder
+from demo.generate import _lines, _visits
 from demo.landing_files import LandingFiles
 from demo.telemetry import HEADER, SUBJECTS, _report
 from demo.warehouse import _event, expected_events

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import random
 
+from assets.overwriting.calendar import day_folder
 from demo.landing_files import LandingFiles
 
 PAGES = ["/", "/search", "/products/lamp", "/products/desk", "/cart", "/checkout", "/help"]
@@ -32,10 +33,6 @@ def _visits(day: dt.date, part: int, count: int, rng: random.Random) -> list[dic
 
 def _lines(visits: list[dict]) -> str:
     return "".join(json.dumps(v, sort_keys=True) + "\n" for v in visits)
-
-
-def day_folder(day: dt.date) -> str:
-    return f"visits/date={day.isoformat()}"
 
 
 def write_initial_files(landing: LandingFiles, days: list[dt.date], *, seed: int = 7) -> int:
