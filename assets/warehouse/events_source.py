@@ -90,6 +90,17 @@ class ParsedBatch:
     lines_read: int
 
 
+@dataclass(frozen=True)
+class ParsedBatches:
+    """A run's batches parsed in one pass."""
+
+    batches: dict[str, ParsedBatch | SourceDataError]
+    """Each batch's events, or the error that refuses it."""
+    events: DataFrame | None
+    """The events of every batch that parsed, `ParsedBatch.frame` of each together (None
+    when none did)."""
+
+
 FIELDS = (*TEXT_FIELDS, "event_id", "op")
 INSTANTS = ("event_timestamp", "ingestion_time")
 TOP_LEVEL = "struct<" + ", ".join(f"{f} variant" for f in (*FIELDS, "payload")) + ">"
@@ -231,7 +242,7 @@ def parse_batch(
 ) -> ParsedBatch:
     """Parse and validate one batch file (`parse_batches` of it alone); raises
     SourceDataError naming every bad line it found (up to a limit)."""
-    parsed = parse_batches(spark, landing, {batch_id: stat})[batch_id]
+    parsed = parse_batches(spark, landing, {batch_id: stat}).batches[batch_id]
     if isinstance(parsed, SourceDataError):
         raise parsed
     return parsed
@@ -239,11 +250,12 @@ def parse_batch(
 
 def parse_batches(
     spark: SparkSession, landing: LandingZone, files: Mapping[str, FileStat]
-) -> dict[str, ParsedBatch | SourceDataError]:
+) -> ParsedBatches:
     """The batches of `files` (each batch's file, by batch id) read, parsed and checked in
     one Spark pass (a few jobs for them all, not a few per batch), then split by batch:
     each batch's events, or the error that refuses it (every bad line found, up to a
-    limit), worded as for that batch alone. The lines are read, parsed, validated and
+    limit), worded as for that batch alone; and every parsed batch's events together, for
+    work done once for them all. The lines are read, parsed, validated and
     typed in one pass, kept as a local checkpoint: the facts and the events are then read
     from it, and later jobs never read the files again. A pass that finds bad batches
     takes them out and reads the others again, so a bad batch never holds back the rest."""
@@ -253,6 +265,7 @@ def parse_batches(
         for problem in empty_files(list(files.values()))
     }
     batch_ids = F.create_map(*(F.lit(part) for pair in batch_of.items() for part in pair))
+    events = None
     while remaining := [batch_id for batch_id in files if batch_id not in outcome]:
         listed = [files[batch_id] for batch_id in remaining]
         try:
@@ -272,4 +285,4 @@ def parse_batches(
                 [fingerprints[path]],
                 facts.lines_by_file.get(path, 0),
             )
-    return outcome
+    return ParsedBatches(outcome, events)

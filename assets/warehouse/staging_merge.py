@@ -101,8 +101,10 @@ an unmatched one is inserted."""
 
 
 def deduplicate(events: DataFrame) -> DataFrame:
-    """One row per `event_id`: its winning version."""
-    order = Window.partitionBy("event_id").orderBy(*(F.col(c).desc() for c in VERSION_ORDER))
+    """One row per `event_id` of each batch: its winning version."""
+    order = Window.partitionBy("batch_id", "event_id").orderBy(
+        *(F.col(c).desc() for c in VERSION_ORDER)
+    )
     return events.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
 
 
@@ -121,17 +123,24 @@ class MergedBatch:
     publish had left a key more than one row."""
 
 
-def merge_batch(lakehouse: Lakehouse, staged: DataFrame, *, metadata: dict) -> MergedBatch:
-    """MERGE a deduplicated batch of events into `user_events` in one commit, pinned to
-    the batch's event days and the days the index names for its keys; then record the
-    batch's keys in the index."""
+def merge_batch(
+    lakehouse: Lakehouse, staged: DataFrame | pa.Table, *, metadata: dict
+) -> MergedBatch:
+    """MERGE a deduplicated batch of events (`TABLE_COLUMNS`; as Arrow, with each event's
+    `key_digest` after them, as `Lakehouse.read_in_write_form` reads a staged batch) into
+    `user_events` in one commit, pinned to the batch's event days and the days the index
+    names for its keys; then record the batch's keys in the index."""
     digest = F.expr(key_index.KEY_DIGEST.render("spark")).alias("key_digest")
     # The index is read while Spark works out the batch's keys (at 10M pairs, 200 ms of
     # a 600 ms publish); the lookup uses what was read if the index has not moved since.
     index = key_index.current(lakehouse)
     with ThreadPoolExecutor(max_workers=1) as ahead:
         read_ahead = ahead.submit(key_index.read_ahead, lakehouse, index)
-        with_digests = lakehouse.in_write_form(staged.select(*TABLE_COLUMNS, digest))
+        with_digests = (
+            staged
+            if isinstance(staged, pa.Table)
+            else lakehouse.in_write_form(staged.select(*TABLE_COLUMNS, digest))
+        )
         source: Data
         if isinstance(with_digests, pa.Table):
             source, digests = with_digests.drop_columns(["key_digest"]), with_digests

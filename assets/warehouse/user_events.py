@@ -11,10 +11,12 @@ location is in the staging materialization's metadata).
 """
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -22,11 +24,21 @@ from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.materialization import commit_metadata, materialization_metadata
 from assets.partition_range import SINGLE_RUN, materialize_partitions
 from assets.run_policy import NO_RETRY_ON_REFUSAL, TRANSIENT_RETRIES, Refusal
-from assets.warehouse.events_source import ParsedBatch, batch_file, parse_batches
+from assets.warehouse.events_source import (
+    ParsedBatch,
+    ParsedBatches,
+    batch_file,
+    parse_batches,
+)
+from assets.warehouse.key_index import KEY_DIGEST
 from assets.warehouse.staging_merge import TABLE_COLUMNS, deduplicate, merge_batch
 from resources import Lakehouse, LandingZone, SparkResource
+from resources.lakehouse.frames import StagedParts
 from resources.lakehouse.predicates import eq, is_in
 from resources.landing import FileStat, LandingFileError
+
+if TYPE_CHECKING:
+    from resources.lakehouse.port import Data
 
 STAGING = "user_events_staging"
 EARLIEST_EVENT = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
@@ -46,8 +58,15 @@ class EventSettings(dg.ConfigurableResource):
     """An event time more than this many hours after the audit fails the batch."""
 
 
-def _staged(lakehouse: Lakehouse, batch_id: str) -> DataFrame:
-    return lakehouse.read(STAGING, where=eq("batch_id", batch_id))
+def _staged(lakehouse: Lakehouse, batch_id: str) -> pa.Table | DataFrame:
+    """A staged batch as `merge_batch` takes it: delta-rs reads it into this process with
+    its events' key digests (no round trip through Spark)."""
+    return lakehouse.read_in_write_form(
+        STAGING,
+        where=eq("batch_id", batch_id),
+        columns=TABLE_COLUMNS,
+        computed={"key_digest": KEY_DIGEST},
+    )
 
 
 def _micros(instant: dt.datetime) -> int:
@@ -178,15 +197,18 @@ def user_events_staging(
             batches[batch_id] = landed
         else:
             files[batch_id] = landed
+    parsed_batches = ParsedBatches({}, None)
     if files:
-        batches.update(parse_batches(spark.session(), landing, files))
+        parsed_batches = parse_batches(spark.session(), landing, files)
+        batches.update(parsed_batches.batches)
+    deduplicated = _Deduplicated(lakehouse, parsed_batches, files)
 
     def stage(batch_id: str) -> dict[str, Any]:
         parsed = batches[batch_id]
         if isinstance(parsed, Exception):
             raise parsed
-        staged = deduplicate(parsed.frame).select(*TABLE_COLUMNS).localCheckpoint()
-        rows = staged_rows[batch_id] = staged.count()
+        staged, rows = deduplicated.part(batch_id)
+        staged_rows[batch_id] = rows
         where = eq("batch_id", batch_id)
         result = lakehouse.overwrite(
             STAGING,
@@ -213,6 +235,48 @@ def user_events_staging(
     audited = audits(lakehouse, list(staged_rows), event_settings)
     results = [audited[batch].results(batch_rows=rows) for batch, rows in staged_rows.items()]
     return dg.MaterializeResult(check_results=all_batches(list(staged_rows), results))
+
+
+DEDUPLICATED_TOGETHER_BYTES = 256 * 2**20
+"""A run's batches are deduplicated for staging in groups of consecutive batches whose files
+add up to at most this (a bigger batch alone): a Spark job a group, not one a batch, and
+no more than a group in the run's memory at once (delta-rs writes from it)."""
+
+
+class _Deduplicated:
+    """The run's parsed batches deduplicated, each batch's rows in the form the engine
+    writes from (`Lakehouse.staged_parts`), a group of batches at a time as staging
+    reaches them."""
+
+    def __init__(
+        self, lakehouse: Lakehouse, parsed: ParsedBatches, files: Mapping[str, FileStat]
+    ) -> None:
+        self._lakehouse, self._events = lakehouse, parsed.events
+        self._group_of: dict[str, list[str]] = {}
+        group: list[str] = []
+        size = 0
+        for batch_id in files:
+            if not isinstance(parsed.batches.get(batch_id), ParsedBatch):
+                continue
+            if group and size + files[batch_id].size > DEDUPLICATED_TOGETHER_BYTES:
+                group, size = [], 0
+            group.append(batch_id)
+            size += files[batch_id].size
+            self._group_of[batch_id] = group
+        self._parts: dict[str, StagedParts] = {}
+
+    def part(self, batch_id: str) -> tuple["Data", int]:
+        """The batch's newest version of each event, and how many there are."""
+        if batch_id not in self._parts:
+            assert self._events is not None, "only a parsed batch is staged"
+            group = self._group_of[batch_id]
+            frame = self._events.where(F.col("batch_id").isin(group))
+            parts = self._lakehouse.staged_parts(
+                deduplicate(frame).select(*TABLE_COLUMNS), "batch_id"
+            )
+            self._parts.update(dict.fromkeys(group, parts))
+        # Let go of a group once its last batch is staged.
+        return self._parts.pop(batch_id).part(batch_id)
 
 
 def _landed(landing: LandingZone, batch_id: str) -> FileStat | Refusal:

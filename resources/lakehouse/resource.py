@@ -288,6 +288,24 @@ class Lakehouse(dg.ConfigurableResource):
         would collect it again, a Spark job each); delta-spark keeps the frame."""
         return frame.toArrow() if self.engine == "delta-rs" else frame
 
+    def read_in_write_form(
+        self,
+        table: str,
+        *,
+        where: Predicate | None = None,
+        columns: Sequence[str] | None = None,
+        computed: Mapping[str, Sha256] | None = None,
+    ) -> pa.Table | DataFrame:
+        """Rows of `table` in the form this engine writes from (see `in_write_form`), with
+        `computed` columns after `columns`: delta-rs reads them into Arrow in this
+        process, without a Spark job; delta-spark keeps them a frame on the cluster."""
+        if self.engine == "delta-rs":
+            return self.read_arrow(table, where=where, columns=columns, computed=computed)
+        from pyspark.sql import functions as F
+
+        added = [F.expr(sha.render("spark")).alias(name) for name, sha in (computed or {}).items()]
+        return self.read(table, where=where, columns=columns).select("*", *added)
+
     # -- writes -------------------------------------------------------------------------
 
     def create(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -293,3 +294,46 @@ def test_a_run_of_batches_refuses_a_bad_one_alone_as_a_run_of_it_would(
         assert refused[batch_id] == alone.step_failure_data.error.message.strip().split(": ", 1)[1]
     assert "events/b2.jsonl:2: malformed JSON" in refused["b2"]
     assert "events/b4.jsonl: file is empty" in refused["b4"]
+
+
+def test_a_run_stages_each_batch_as_a_run_of_it_alone_whatever_its_group(
+    landing, lakehouse, instance, write_batch, resources, monkeypatch
+):
+    """A run deduplicates its batches a group at a time (consecutive batches whose files
+    add up to `DEDUPLICATED_TOGETHER_BYTES`): each batch keeps its own newest version of
+    an event, also of one another batch of the run holds, in whichever group it falls."""
+    later = {"ingestion_time": "2024-05-03T00:00:00+00:00"}
+    sizes = [
+        write_batch("b1", [event("e1"), event("e1", page="/v2") | later, event("e2")]),
+        write_batch("b2", [event("e1", page="/b2")]),
+        write_batch("b3", [event("e2", page="/b3"), event("e3")]),
+    ]
+    together = sizes[0].stat().st_size + sizes[1].stat().st_size
+    # The module, which the package's `user_events` (the asset) hides.
+    module = sys.modules["assets.warehouse.user_events"]
+    monkeypatch.setattr(module, "DEDUPLICATED_TOGETHER_BYTES", together)
+    instance.add_dynamic_partitions(event_batches.name, ["b1", "b2", "b3"])
+    result = dg.materialize(
+        [user_events_staging],
+        resources={**resources, "event_settings": EventSettings()},
+        instance=instance,
+        tags=partition_range("b1", "b3"),
+    )
+
+    assert result.success
+    staged = lakehouse.read_arrow(STAGING, columns=["batch_id", "event_id", "payload"])
+    assert sorted(
+        (row["batch_id"], row["event_id"], json.loads(row["payload"])["page"])
+        for row in staged.to_pylist()
+    ) == [
+        ("b1", "e1", "/v2"),
+        ("b1", "e2", "/"),
+        ("b2", "e1", "/b2"),
+        ("b3", "e2", "/b3"),
+        ("b3", "e3", "/"),
+    ]
+    staged_rows = {
+        m.partition: m.metadata["staged_rows"].value
+        for m in result.asset_materializations_for_node("user_events_staging")
+    }
+    assert staged_rows == {"b1": 2, "b2": 1, "b3": 2}
