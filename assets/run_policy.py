@@ -15,6 +15,13 @@ NO_RETRY_ON_REFUSAL = {"dagster/retry_on_asset_or_op_failure": "false"}
 restorable): they fail the same way every time, so the instance's run retries are kept
 for runs whose process died (`dead_runs`), not spent on step failures."""
 
+AHEAD_IN_QUEUE = {"dagster/priority": "1"}
+"""For jobs whose runs each end the wait of many landed files (a tick's event batches):
+when a tick's runs queue together, these leave the queue first (Dagster's run coordinator
+takes higher priorities first, then queue order). A file's wait from landing to its
+commit is what the platform is held to; a run of a dozen batches ends a dozen waits in
+the time the others end one or two each, and delays them by one run at most."""
+
 REFUSED = "refused"
 """The metadata key that marks a step failure as the data's own (`Refusal`)."""
 

@@ -23,7 +23,12 @@ from pyspark.sql import functions as F
 from assets.catalog import RESTORE_WHOLE_TABLE, declared
 from assets.materialization import commit_metadata, materialization_metadata
 from assets.partition_range import SINGLE_RUN, materialize_partitions
-from assets.run_policy import NO_RETRY_ON_REFUSAL, TRANSIENT_RETRIES, Refusal
+from assets.run_policy import (
+    AHEAD_IN_QUEUE,
+    NO_RETRY_ON_REFUSAL,
+    TRANSIENT_RETRIES,
+    Refusal,
+)
 from assets.warehouse.events_source import (
     ParsedBatch,
     ParsedBatches,
@@ -379,6 +384,6 @@ event_batch_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(user_events_staging, user_events),
     description="Stage, audit and publish event batches (write-audit-publish): one batch, or "
     "a range of them, each staged, audited and published as it would be alone.",
-    tags=NO_RETRY_ON_REFUSAL,
+    tags={**NO_RETRY_ON_REFUSAL, **AHEAD_IN_QUEUE},
     op_retry_policy=TRANSIENT_RETRIES,
 )

@@ -246,6 +246,8 @@ def test_the_batches_new_to_a_tick_are_one_run_and_a_bad_one_fails_alone(
     instance.add_dynamic_partitions(event_batches.name, ["b1", "b2", "b3"])
     result = run(together)
     assert not result.success
+    # The run of a tick's batches leaves the queue ahead of the other sensors' runs.
+    assert result.dagster_run.tags["dagster/priority"] == "1"
     (times,) = [e for e in result.get_asset_check_evaluations() if e.check_name == TIMES_CHECK]
     assert not times.passed and list(times.metadata["failed_batches"].value) == ["b2"]
     assert not lakehouse.exists(USER_EVENTS)
