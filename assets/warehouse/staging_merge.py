@@ -132,7 +132,8 @@ def merge_batch(
     names for its keys; then record the batch's keys in the index."""
     digest = F.expr(key_index.KEY_DIGEST.render("spark")).alias("key_digest")
     # The index is read while Spark works out the batch's keys (at 10M pairs, 200 ms of
-    # a 600 ms publish); the lookup uses what was read if the index has not moved since.
+    # a 600 ms publish; a batch read through delta-rs comes with them); the lookup uses
+    # what was read if the index has not moved since.
     index = key_index.current(lakehouse)
     with ThreadPoolExecutor(max_workers=1) as ahead:
         read_ahead = ahead.submit(key_index.read_ahead, lakehouse, index)
