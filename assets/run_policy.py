@@ -22,6 +22,12 @@ takes higher priorities first, then queue order). A file's wait from landing to 
 commit is what the platform is held to; a run of a dozen batches ends a dozen waits in
 the time the others end one or two each, and delays them by one run at most."""
 
+BEHIND_IN_QUEUE = {"dagster/priority": "-1"}
+"""For runs that bring derived tables up to date (the automation sensor's): when they
+queue together with runs that commit landed files, the landed files go first. A derived
+day follows its upstream one run later at most; a landed file's wait is what the
+platform is held to (landed to committed within 15 s of a sensor tick)."""
+
 REFUSED = "refused"
 """The metadata key that marks a step failure as the data's own (`Refusal`)."""
 

@@ -11,11 +11,16 @@ that run: it looks for new backfills every 30 s (fixed in Dagster 1.13), so such
 starts up to 30 s after the tick that asked for it (in the demo, twice in the visits
 part). One run per partition instead would start at once, but 42 days would be 42 run
 processes instead of one.
+
+Its runs leave the run queue after those of the file sensors (`BEHIND_IN_QUEUE`): they
+refresh tables derived from what those runs commit.
 """
 
 from __future__ import annotations
 
 import dagster as dg
+
+from assets.run_policy import BEHIND_IN_QUEUE
 
 AUTOMATION_SENSOR = "lakehouse_automation"
 
@@ -26,6 +31,7 @@ def automation_sensor(interval_seconds: int) -> dg.AutomationConditionSensorDefi
         target=dg.AssetSelection.all(),
         default_status=dg.DefaultSensorStatus.RUNNING,
         minimum_interval_seconds=interval_seconds,
+        run_tags=BEHIND_IN_QUEUE,
         description="Brings every asset with an automation condition up to date after "
         "its upstream changes (each asset's condition and evaluations: its Automation tab).",
     )

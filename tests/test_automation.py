@@ -128,6 +128,8 @@ def test_one_sensor_evaluates_the_conditions_from_the_start(defs):
     sensor = {s.name: s for s in defs.sensors}[AUTOMATION_SENSOR]
     assert isinstance(sensor, dg.AutomationConditionSensorDefinition)
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    # Its runs leave the queue after those that commit landed files (default priority 0).
+    assert sensor.run_tags == {"dagster/priority": "-1"}
     graph = defs.resolve_asset_graph()
     automated = {
         key.to_user_string()
