@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -126,6 +127,7 @@ def main() -> int:
         print(f"  registering its 3 tables: {new:5.1f} s   ({_listed_s(registers)})")
         print(f"  tables registered:        {known:5.1f} s   ({_listed_s(registered)})")
         print(f"  registering / registered = {new / known:.2f}")
+    shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -106,6 +107,7 @@ def main() -> int:
         f"{together / args.batches:.2f} s a batch ({together / args.batches / alone:.2f} of a "
         "run of one)"
     )
+    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

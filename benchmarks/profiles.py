@@ -255,6 +255,14 @@ def main() -> None:
         return
     scratch = Path(tempfile.mkdtemp(prefix="bench-profiles-"))
     scratch.chmod(0o755)  # Postgres runs as `nobody` under root
+    try:
+        measure(args, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, scratch: Path) -> None:
+    """Both profiles' figures, each deployment's folders in `scratch`."""
     landing = scratch / "landing"
     # Two ranges and three single days, ending within a year of run_cost's first day (and
     # so before today: visits_daily has no partition of a day to come).

@@ -146,7 +146,9 @@ def spark_processes(
 def production_stack(**env: str) -> Iterator[dict[str, str]]:
     """The production profile (`platform/stack.py up`, what `make stack` runs) in a fresh
     state folder; yields the variables it wrote (its `env` file). On the way out `down`
-    stops it, however the test ended; after a test that passed, nothing it started runs."""
+    stops it, however the test ended; after a test that passed, nothing it started runs,
+    and its folder (its servers' data and logs, a gigabyte) is gone; after one that
+    failed, the folder stays for its logs."""
     state = Path(tempfile.mkdtemp(prefix="stack-"))
     state.chmod(0o755)  # Postgres runs as `nobody` under root: it must reach its folder
     stack = [sys.executable, "-u", "platform/stack.py"]
@@ -177,3 +179,4 @@ def production_stack(**env: str) -> Iterator[dict[str, str]]:
         up.wait(60)
     assert up.returncode == 0, "".join(said) + (up.stdout.read() if up.stdout else "")
     assert not [p.pid for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    shutil.rmtree(state)
