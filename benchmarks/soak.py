@@ -24,8 +24,9 @@ every table equals what plain Python computes from the files that landed.
 Nobody touches anything meanwhile: whatever heals, heals through the platform (run
 retries, `dead_runs`, the sensors asking again for failed work, the managed Spark).
 It prints the faults of each kind, the files landed, the runs launched, failed and
-retried, each landed file's time until its partition was committed and where that time
-went (the sensors' ticks, the run queue, the run processes' start, the runs), and the
+retried, each landed file's time until its partition was committed (also for the files
+landed after the first minute, once a fresh deployment's first runs are behind) and where
+that time went (the sensors' ticks, the run queue, the run processes' start, the runs), and the
 time to converge; exits 1 when a bound is missed.
 
 With `--stack`, the load alone (no fault) lands on a production profile that is up and
