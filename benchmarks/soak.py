@@ -270,10 +270,11 @@ def committed_after_landing(
     for asset, seconds in sorted(lags.items()):
         seconds.sort()
         median, worst = seconds[len(seconds) // 2], seconds[-1]
+        later = sorted(warm.get(asset, []))
         lines.append(
             f"Landed -> committed, {asset}: median {median:.0f} s, 95th percentile "
-            f"{_p95(seconds):.0f} s, worst {worst:.0f} s ({len(seconds)} files); after the "
-            f"first minute, 95th percentile {_p95(sorted(warm.get(asset, [0.0]))):.0f} s"
+            f"{_p95(seconds):.0f} s, worst {worst:.0f} s ({len(seconds)} files)"
+            + (f"; after the first minute, 95th percentile {_p95(later):.0f} s" if later else "")
         )
     return lines
 
