@@ -6,6 +6,9 @@ death but the sensor."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -48,8 +51,12 @@ def instance(home) -> Iterator[dg.DagsterInstance]:
 
 @pytest.fixture
 def started_run(home, instance) -> Iterator[tuple[subprocess.Popen, dg.RunRecord]]:
-    """A run whose process (returned with it) executes its step, until it is killed."""
-    process = subprocess.Popen([sys.executable, "-c", WAITING_RUN, str(home)])
+    """A run whose process (returned with it) executes its step, until it is killed. Its
+    process group goes with it: the `tail -F` that Dagster starts to capture the step's
+    logs outlives a killed run process."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", WAITING_RUN, str(home)], start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 60
         while not (records := started(instance)):
@@ -57,7 +64,8 @@ def started_run(home, instance) -> Iterator[tuple[subprocess.Popen, dg.RunRecord
             time.sleep(0.2)
         yield process, records[0]
     finally:
-        process.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
         process.wait()
 
 
